@@ -1,0 +1,79 @@
+// Command shortener is a URL shortener that is also a tutorial in performance
+// engineering: POST /shorten turns a long URL into a seven-character code, and
+// GET /{code} redirects to it. Each step of the repository's history changes one
+// thing about how it stores and serves links, and measures what that changed.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+)
+
+// shutdownTimeout bounds how long in-flight requests get to finish once a
+// SIGINT or SIGTERM arrives.
+const shutdownTimeout = 10 * time.Second
+
+func main() {
+	ctx := context.Background()
+	if err := run(ctx, os.Args, os.Getenv, os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintf(os.Stderr, "shortener: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+// run is the whole program. It takes everything main would reach for as a
+// global (arguments, environment, output streams) so that a test can call it.
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	log := slog.New(slog.NewTextHandler(stderr, nil))
+	cfg, err := loadConfig(getenv)
+	if err != nil {
+		return err
+	}
+
+	store := newMemoryStore()
+	log.Info("store selected", "store", "memory")
+
+	// Listen before serving: a port that is taken fails here, at once, and
+	// ADDR=127.0.0.1:0 lets the kernel pick a free port (the tests use that).
+	ln, err := net.Listen("tcp", cfg.addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", cfg.addr, err)
+	}
+	srv := newServer(store, cfg, log)
+
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ln) }()
+	log.Info("listening", "addr", ln.Addr().String())
+
+	select {
+	case err := <-serveErr:
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+
+	log.Info("shutting down")
+	// ctx is already cancelled, so the deadline for finishing in-flight
+	// requests needs a fresh context.
+	shutCtx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+	defer cancel()
+	if err := srv.Shutdown(shutCtx); err != nil {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	if err := <-serveErr; !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("serve: %w", err)
+	}
+	log.Info("stopped")
+	return nil
+}

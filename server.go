@@ -1,0 +1,66 @@
+package main
+
+import (
+	"log/slog"
+	"net/http"
+	"time"
+)
+
+func newServer(store *memoryStore, cfg config, log *slog.Logger) *http.Server {
+	mux := http.NewServeMux()
+	addRoutes(mux, store, cfg, log)
+	return &http.Server{
+		Handler: jsonErrors(mux, log),
+		// Without these a client that opens a connection and sends
+		// nothing, or reads its answer a byte a minute, holds a
+		// connection forever.
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       10 * time.Second,
+		WriteTimeout:      10 * time.Second,
+		IdleTimeout:       60 * time.Second,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+}
+
+// jsonErrors makes the mux's own answers (404 for a path no route matches,
+// 405 for a method a route does not take) JSON like every other error.
+func jsonErrors(mux *http.ServeMux, log *slog.Logger) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, pattern := mux.Handler(r); pattern == "" {
+			w = &muxErrorWriter{ResponseWriter: w, r: r, log: log}
+		}
+		mux.ServeHTTP(w, r)
+	})
+}
+
+// muxErrorWriter turns a 404 or 405 written by http.ServeMux into a JSON
+// error, keeping its headers (405 carries Allow), and drops the plain-text
+// body that follows. Anything else (the mux's redirects to a cleaned path)
+// passes through.
+type muxErrorWriter struct {
+	http.ResponseWriter
+	r        *http.Request
+	log      *slog.Logger
+	replaced bool
+}
+
+func (m *muxErrorWriter) WriteHeader(status int) {
+	switch status {
+	case http.StatusNotFound:
+		m.replaced = true
+		writeJSON(m.ResponseWriter, m.r, m.log, status, map[string]string{"error": "not found"})
+	case http.StatusMethodNotAllowed:
+		m.replaced = true
+		writeJSON(m.ResponseWriter, m.r, m.log, status, map[string]string{"error": "method not allowed"})
+	default:
+		m.ResponseWriter.WriteHeader(status)
+	}
+}
+
+func (m *muxErrorWriter) Write(p []byte) (int, error) {
+	if m.replaced {
+		return len(p), nil
+	}
+	return m.ResponseWriter.Write(p)
+}
