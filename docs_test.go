@@ -10,7 +10,8 @@ import (
 )
 
 // TestDocQuotesCode checks that every ```go block in the newest step's doc
-// stands, line for line, in this commit's Go files. Each step's commit runs
+// stands, line for line, in this commit's Go files (and every ```sql block
+// in its sql/ files). Each step's commit runs
 // this against its own doc, so prose cannot drift from the code it quotes. A
 // line "// ..." in a block marks an elision: the parts on either side are
 // checked separately.
@@ -25,29 +26,31 @@ func TestDocQuotesCode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	files, err := filepath.Glob("*.go")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var code strings.Builder
-	for _, f := range files {
-		b, err := os.ReadFile(f)
+	for lang, glob := range map[string]string{"go": "*.go", "sql": "sql/*.sql"} {
+		files, err := filepath.Glob(glob)
 		if err != nil {
 			t.Fatal(err)
 		}
-		code.WriteString(normalizeLines(string(b)))
-		code.WriteString("\n")
-	}
-	src := code.String()
-	blocks := regexp.MustCompile("(?s)```go\n(.*?)```").FindAllStringSubmatch(string(doc), -1)
-	for i, m := range blocks {
-		for _, part := range strings.Split(m[1], "// ...\n") {
-			part = normalizeLines(part)
-			if strings.TrimSpace(part) == "" {
-				continue
+		var code strings.Builder
+		for _, f := range files {
+			b, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
 			}
-			if !strings.Contains(src, part) {
-				t.Errorf("%s: go block %d is not in the code:\n%s", newest, i+1, part)
+			code.WriteString(normalizeLines(string(b)))
+			code.WriteString("\n")
+		}
+		src := code.String()
+		blocks := regexp.MustCompile("(?s)```"+lang+"\n(.*?)```").FindAllStringSubmatch(string(doc), -1)
+		for i, m := range blocks {
+			for _, part := range strings.Split(m[1], "// ...\n") {
+				part = normalizeLines(part)
+				if strings.TrimSpace(part) == "" {
+					continue
+				}
+				if !strings.Contains(src, part) {
+					t.Errorf("%s: %s block %d is not in %s:\n%s", newest, lang, i+1, glob, part)
+				}
 			}
 		}
 	}

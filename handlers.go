@@ -20,6 +20,13 @@ const maxBodyBytes = 8 << 10
 // up. With 62^7 codes a second attempt is already a once-in-millions event.
 const maxCodeAttempts = 5
 
+// Store is where links live: memoryStore (step 01) or pgStore (step 02).
+// Save returns ErrCodeTaken if code is in use; Lookup returns ErrNotFound.
+type Store interface {
+	Save(ctx context.Context, code, url string) error
+	Lookup(ctx context.Context, code string) (string, error)
+}
+
 var (
 	// ErrBadRequest is wrapped by every reason a request body is refused.
 	ErrBadRequest = errors.New("bad request")
@@ -28,7 +35,7 @@ var (
 	ErrOwnHost = errors.New("url points at this shortener")
 )
 
-func handleShorten(store *memoryStore, cfg config, log *slog.Logger) http.Handler {
+func handleShorten(store Store, cfg config, log *slog.Logger) http.Handler {
 	type request struct {
 		URL string `json:"url"`
 	}
@@ -70,7 +77,7 @@ func handleShorten(store *memoryStore, cfg config, log *slog.Logger) http.Handle
 
 // saveWithNewCode stores target under a fresh random code, drawing again if
 // the code is taken.
-func saveWithNewCode(ctx context.Context, store *memoryStore, target string) (string, error) {
+func saveWithNewCode(ctx context.Context, store Store, target string) (string, error) {
 	for range maxCodeAttempts {
 		code := newCode()
 		if reservedCodes[code] {
@@ -88,7 +95,7 @@ func saveWithNewCode(ctx context.Context, store *memoryStore, target string) (st
 	return "", fmt.Errorf("save: no free code after %d attempts", maxCodeAttempts)
 }
 
-func handleRedirect(store *memoryStore, log *slog.Logger) http.Handler {
+func handleRedirect(store Store, log *slog.Logger) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		code := r.PathValue("code")
 		if !validCode(code) {
@@ -158,6 +165,14 @@ func errorStatus(err error) (int, string) {
 		return http.StatusBadRequest, "invalid url: points at this shortener, which would redirect to itself"
 	case errors.Is(err, ErrNotFound):
 		return http.StatusNotFound, "not found"
+	case errors.Is(err, context.DeadlineExceeded):
+		// A backend took longer than its deadline: say so, and that
+		// trying again may work, rather than a bare 500.
+		return http.StatusServiceUnavailable, "temporarily unavailable, try again"
+	case errors.Is(err, context.Canceled):
+		// The client went away; nobody reads this answer, and it is not
+		// a server error worth a log line.
+		return http.StatusServiceUnavailable, "request cancelled"
 	default:
 		return http.StatusInternalServerError, "internal error"
 	}

@@ -14,14 +14,6 @@ import (
 
 var discardLog = slog.New(slog.DiscardHandler)
 
-// countLinks returns how many links the store holds.
-func countLinks(t *testing.T, s *memoryStore) int {
-	t.Helper()
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	return len(s.links)
-}
-
 // do sends one request to h and returns the recorded response.
 func do(t *testing.T, h http.Handler, method, target, body string) *httptest.ResponseRecorder {
 	t.Helper()
@@ -47,7 +39,10 @@ func jsonError(t *testing.T, rec *httptest.ResponseRecorder) string {
 }
 
 func TestShortenRefusesBadInput(t *testing.T) {
-	store := newMemoryStore()
+	forEachStore(t, testShortenRefusesBadInput)
+}
+
+func testShortenRefusesBadInput(t *testing.T, store Store) {
 	h := newServer(store, config{baseURL: "https://sho.rt", baseHost: "sho.rt"}, discardLog).Handler
 	tests := []struct {
 		name, body string
@@ -97,6 +92,10 @@ func TestShortenRefusesBadInput(t *testing.T) {
 }
 
 func TestShortenAndRedirect(t *testing.T) {
+	forEachStore(t, testShortenAndRedirect)
+}
+
+func testShortenAndRedirect(t *testing.T, store Store) {
 	tests := []struct {
 		name, url, want string
 		cfg             config
@@ -108,7 +107,7 @@ func TestShortenAndRedirect(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			h := newServer(newMemoryStore(), tt.cfg, discardLog).Handler
+			h := newServer(store, tt.cfg, discardLog).Handler
 			rec := do(t, h, "POST", "http://example.com/shorten", fmt.Sprintf(`{"url":%q}`, tt.url))
 			if rec.Code != http.StatusCreated {
 				t.Fatalf("POST /shorten status = %d, want 201 (body %q)", rec.Code, rec.Body)
@@ -144,7 +143,11 @@ func TestShortenAndRedirect(t *testing.T) {
 }
 
 func TestRouting(t *testing.T) {
-	h := newServer(newMemoryStore(), config{}, discardLog).Handler
+	forEachStore(t, testRouting)
+}
+
+func testRouting(t *testing.T, store Store) {
+	h := newServer(store, config{}, discardLog).Handler
 	tests := []struct {
 		method, path string
 		status       int
@@ -181,9 +184,12 @@ func TestRouting(t *testing.T) {
 }
 
 // TestConcurrentShortenAndRedirect runs writers and readers at once; under
-// go test -race it fails if the store is touched without its lock.
+// go test -race it fails if the memory store is touched without its lock.
 func TestConcurrentShortenAndRedirect(t *testing.T) {
-	store := newMemoryStore()
+	forEachStore(t, testConcurrentShortenAndRedirect)
+}
+
+func testConcurrentShortenAndRedirect(t *testing.T, store Store) {
 	h := newServer(store, config{}, discardLog).Handler
 	const workers, each = 8, 50
 	var wg sync.WaitGroup

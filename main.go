@@ -42,8 +42,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 
-	store := newMemoryStore()
-	log.Info("store selected", "store", "memory")
+	store, closeStore, err := openStore(ctx, getenv("DATABASE_URL"), log)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := closeStore(); err != nil {
+			log.Error("close store", "err", err)
+		}
+	}()
 
 	// Listen before serving: a port that is taken fails here, at once, and
 	// ADDR=127.0.0.1:0 lets the kernel pick a free port (the tests use that).
@@ -76,4 +83,19 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	log.Info("stopped")
 	return nil
+}
+
+// openStore picks the store: Postgres if DATABASE_URL is set, else memory,
+// so that go run . works with nothing else installed.
+func openStore(ctx context.Context, dsn string, log *slog.Logger) (Store, func() error, error) {
+	if dsn == "" {
+		log.Info("store selected", "store", "memory")
+		return newMemoryStore(), func() error { return nil }, nil
+	}
+	pg, err := openPostgres(ctx, dsn)
+	if err != nil {
+		return nil, nil, err
+	}
+	log.Info("store selected", "store", "postgres")
+	return pg, pg.Close, nil
 }

@@ -215,3 +215,27 @@ func TestRunRefusesBadConfig(t *testing.T) {
 		}
 	}
 }
+
+// TestRunWithPostgres checks that DATABASE_URL selects Postgres, that the
+// app creates its schema itself, and that a link outlives a restart.
+func TestRunWithPostgres(t *testing.T) {
+	env := map[string]string{"ADDR": "127.0.0.1:0", "DATABASE_URL": testDatabase(t)}
+	base, stop, logs := startRun(t, env)
+	if !strings.Contains(logs.String(), "store=postgres") {
+		t.Errorf("log does not say store=postgres:\n%s", logs)
+	}
+	code := shorten(t, base, "https://go.dev/blog/")
+	if err := stop(); err != nil {
+		t.Fatalf("run: %v", err)
+	}
+
+	base, _, _ = startRun(t, env)
+	resp, err := noRedirects.Get(base + "/" + code)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusFound || resp.Header.Get("Location") != "https://go.dev/blog/" {
+		t.Errorf("after restart GET /%s = %d %q, want 302 https://go.dev/blog/", code, resp.StatusCode, resp.Header.Get("Location"))
+	}
+}

@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-func newServer(store *memoryStore, cfg config, log *slog.Logger) *http.Server {
+func newServer(store Store, cfg config, log *slog.Logger) *http.Server {
 	mux := http.NewServeMux()
 	addRoutes(mux, store, cfg, log)
 	return &http.Server{

@@ -1,0 +1,191 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"log/slog"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+func TestPgStoreSaveAndLookup(t *testing.T) {
+	s := openTestStore(t)
+	ctx := context.Background()
+	if err := s.Save(ctx, "abcDEF1", "https://go.dev/"); err != nil {
+		t.Fatalf("Save: %v", err)
+	}
+	if err := s.Save(ctx, "abcDEF1", "https://example.com/"); !errors.Is(err, ErrCodeTaken) {
+		t.Errorf("Save of a taken code: err %v, want ErrCodeTaken", err)
+	}
+	got, err := s.Lookup(ctx, "abcDEF1")
+	if err != nil || got != "https://go.dev/" {
+		t.Errorf("Lookup = %q, %v; want https://go.dev/, nil", got, err)
+	}
+	if _, err := s.Lookup(ctx, "zzzzzzz"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("Lookup of an unknown code: err %v, want ErrNotFound", err)
+	}
+}
+
+// TestMigrateConcurrently starts several stores on one new database at once,
+// as replicas starting together would, then once more on the existing schema.
+func TestMigrateConcurrently(t *testing.T) {
+	dsn := testDatabase(t)
+	var wg sync.WaitGroup
+	errs := make(chan error, 5)
+	for range 4 {
+		wg.Go(func() {
+			s, err := openPostgres(context.Background(), dsn)
+			if err == nil {
+				err = s.Close()
+			}
+			errs <- err
+		})
+	}
+	wg.Wait()
+	s, err := openPostgres(context.Background(), dsn)
+	if err == nil {
+		err = s.Close()
+	}
+	errs <- err
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Errorf("openPostgres: %v", err)
+		}
+	}
+}
+
+func TestOpenPostgresUnreachable(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	// Port 1 on loopback: nothing listens there, so the connection is refused.
+	_, err := openPostgres(ctx, "postgres://postgres@127.0.0.1:1/x?sslmode=disable&connect_timeout=2")
+	if err == nil {
+		t.Fatal("openPostgres on a closed port returned nil error")
+	}
+}
+
+// TestPostgresErrorsDoNotLeak breaks the database under a running handler:
+// the client gets a plain 500, the log gets the cause.
+func TestPostgresErrorsDoNotLeak(t *testing.T) {
+	s := openTestStore(t)
+	logs := &syncBuffer{}
+	h := newServer(s, config{}, slog.New(slog.NewTextHandler(logs, nil))).Handler
+	if _, err := s.db.Exec(`DROP TABLE links`); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []struct{ method, path, body string }{
+		{"GET", "/abcdefg", ""},
+		{"POST", "/shorten", `{"url":"https://go.dev"}`},
+	} {
+		rec := do(t, h, r.method, "http://sho.rt"+r.path, r.body)
+		if rec.Code != 500 {
+			t.Errorf("%s %s with no table: status %d, want 500", r.method, r.path, rec.Code)
+		}
+		if msg := jsonError(t, rec); msg != "internal error" {
+			t.Errorf("%s %s: error %q, want %q", r.method, r.path, msg, "internal error")
+		}
+	}
+	if !strings.Contains(logs.String(), `relation \"links\" does not exist`) {
+		t.Errorf("log does not carry the cause:\n%s", logs)
+	}
+}
+
+// TestSlowDatabaseIsBounded holds a lock on the table so that lookups wait:
+// the request must give up after dbTimeout with a 503, not hang.
+func TestSlowDatabaseIsBounded(t *testing.T) {
+	s := openTestStore(t)
+	h := newServer(s, config{}, discardLog).Handler
+	tx, err := s.db.Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback() //nolint:errcheck // the test only needs the lock released
+	if _, err := tx.Exec(`LOCK TABLE links IN ACCESS EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	rec := do(t, h, "GET", "/abcdefg", "")
+	took := time.Since(start)
+	if rec.Code != 503 {
+		t.Errorf("lookup behind a lock: status %d, want 503", rec.Code)
+	}
+	jsonError(t, rec)
+	if took < dbTimeout || took > dbTimeout+2*time.Second {
+		t.Errorf("lookup behind a lock took %v, want about %v", took, dbTimeout)
+	}
+}
+
+// TestSeed loads sql/seed.sql with psql, as the docs tell a reader to.
+func TestSeed(t *testing.T) {
+	dsn := testDatabase(t)
+	s, err := openPostgres(context.Background(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for range 2 { // a second run must add nothing
+		out, err := exec.Command("psql", dsn, "-q", "-v", "rows=2000", "-f", "sql/seed.sql").CombinedOutput()
+		if err != nil {
+			t.Fatalf("psql -f sql/seed.sql: %v\n%s", err, out)
+		}
+	}
+	var n, distinct int
+	if err := s.db.QueryRow(`SELECT count(*), count(DISTINCT code) FROM links`).Scan(&n, &distinct); err != nil {
+		t.Fatal(err)
+	}
+	if n != 2000 || distinct != 2000 {
+		t.Errorf("seeded %d links with %d distinct codes, want 2000 and 2000", n, distinct)
+	}
+	rows, err := s.db.Query(`SELECT code FROM links`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var code string
+		if err := rows.Scan(&code); err != nil {
+			t.Fatal(err)
+		}
+		if !validCode(code) || reservedCodes[code] {
+			t.Errorf("seeded code %q is not one the app could hand out", code)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	// The codes the docs and benchmarks name.
+	for code, want := range map[string]string{"015ftgN": "https://example.com/seed/1"} {
+		got, err := s.Lookup(context.Background(), code)
+		if err != nil || got != want {
+			t.Errorf("Lookup(%q) = %q, %v; want %q", code, got, err, want)
+		}
+	}
+	var middle string
+	err = s.db.QueryRow(`SELECT code FROM links WHERE url = 'https://example.com/seed/250'`).Scan(&middle)
+	if errors.Is(err, sql.ErrNoRows) || middle != seedCode(250) {
+		t.Errorf("code of seed link 250 = %q (%v), want %q", middle, err, seedCode(250))
+	}
+}
+
+// seedCode is sql/seed.sql's formula in Go: n * 1000000007 mod 62^7 in base62.
+func seedCode(n int64) string {
+	v := n * 1000000007 % 3521614606208
+	b := make([]byte, codeLength)
+	for i := codeLength - 1; i >= 0; i-- {
+		b[i] = alphabet[v%62]
+		v /= 62
+	}
+	return string(b)
+}
+
+func TestSeedCode(t *testing.T) {
+	// The middle of the 500,000-link table, which the benchmarks hit.
+	if got := seedCode(250000); got != "zOC1qfw" {
+		t.Errorf("seedCode(250000) = %q, want zOC1qfw", got)
+	}
+}

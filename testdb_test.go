@@ -1,0 +1,102 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"fmt"
+	"net/url"
+	"os"
+	"strings"
+	"testing"
+	"time"
+)
+
+// testDatabase makes a new, empty database for the calling test on the
+// server TEST_DATABASE_URL names, drops it when the test ends, and returns
+// its URL. Unset, the test is skipped, unless CI is set: CI must run every
+// test. Set but unreachable, the test fails.
+func testDatabase(t *testing.T) string {
+	t.Helper()
+	admin := os.Getenv("TEST_DATABASE_URL")
+	if admin == "" {
+		if os.Getenv("CI") != "" {
+			t.Fatal("TEST_DATABASE_URL is not set, and CI must run every test against Postgres")
+		}
+		t.Skip("TEST_DATABASE_URL is not set; skipping a test that needs Postgres " +
+			"(e.g. TEST_DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable)")
+	}
+	u, err := url.Parse(admin)
+	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
+		t.Fatalf("TEST_DATABASE_URL %q is not a postgres:// URL", admin)
+	}
+	db, err := sql.Open("postgres", admin)
+	if err != nil {
+		t.Fatalf("open TEST_DATABASE_URL: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := db.Close(); err != nil {
+			t.Errorf("close admin connection: %v", err)
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := db.PingContext(ctx); err != nil {
+		t.Fatalf("TEST_DATABASE_URL is set but Postgres does not answer: %v", err)
+	}
+	name := "shortener_test_" + strings.ToLower(rand.Text()[:12])
+	if _, err := db.ExecContext(ctx, "CREATE DATABASE "+name); err != nil {
+		t.Fatalf("create database %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if _, err := db.ExecContext(ctx, "DROP DATABASE "+name+" WITH (FORCE)"); err != nil {
+			t.Errorf("drop database %s: %v", name, err)
+		}
+	})
+	u.Path = "/" + name
+	return u.String()
+}
+
+// openTestStore returns a pgStore on a fresh database, closed at the end.
+func openTestStore(t *testing.T) *pgStore {
+	t.Helper()
+	s, err := openPostgres(context.Background(), testDatabase(t))
+	if err != nil {
+		t.Fatalf("openPostgres: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			t.Errorf("close store: %v", err)
+		}
+	})
+	return s
+}
+
+// forEachStore runs fn as a subtest against each Store: the handlers must
+// behave the same whichever holds the links.
+func forEachStore(t *testing.T, fn func(t *testing.T, store Store)) {
+	t.Helper()
+	t.Run("memory", func(t *testing.T) { fn(t, newMemoryStore()) })
+	t.Run("postgres", func(t *testing.T) { fn(t, openTestStore(t)) })
+}
+
+// countLinks returns how many links the store holds.
+func countLinks(t *testing.T, store Store) int {
+	t.Helper()
+	switch s := store.(type) {
+	case *memoryStore:
+		s.mu.RLock()
+		defer s.mu.RUnlock()
+		return len(s.links)
+	case *pgStore:
+		var n int
+		if err := s.db.QueryRow(`SELECT count(*) FROM links`).Scan(&n); err != nil {
+			t.Fatalf("count links: %v", err)
+		}
+		return n
+	default:
+		panic(fmt.Sprintf("countLinks: unknown store %T", store))
+	}
+}
