@@ -42,7 +42,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 
-	store, closeStore, err := openStore(ctx, getenv("DATABASE_URL"), log)
+	store, closeStore, err := openStore(ctx, cfg, log)
 	if err != nil {
 		return err
 	}
@@ -87,15 +87,18 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 
 // openStore picks the store: Postgres if DATABASE_URL is set, else memory,
 // so that go run . works with nothing else installed.
-func openStore(ctx context.Context, dsn string, log *slog.Logger) (Store, func() error, error) {
-	if dsn == "" {
+func openStore(ctx context.Context, cfg config, log *slog.Logger) (Store, func() error, error) {
+	if cfg.databaseURL == "" {
 		log.Info("store selected", "store", "memory")
 		return newMemoryStore(), func() error { return nil }, nil
 	}
-	pg, err := openPostgres(ctx, dsn)
+	pg, err := openPostgres(ctx, cfg.databaseURL, cfg.pool)
 	if err != nil {
 		return nil, nil, err
 	}
-	log.Info("store selected", "store", "postgres")
+	log.Info("store selected", "store", "postgres",
+		"max_open_conns", cfg.pool.maxOpen, "max_idle_conns", cfg.pool.maxIdle,
+		"conn_max_idle_time", cfg.pool.maxIdleTime, "conn_max_lifetime", cfg.pool.maxLifetime,
+		"prepare", cfg.pool.prepare)
 	return pg, pg.Close, nil
 }

@@ -23,25 +23,70 @@ const migrateTimeout = 30 * time.Second
 //go:embed sql/schema.sql
 var schemaSQL string
 
+// The two statements the app runs on every request.
+const (
+	lookupSQL = `SELECT url FROM links WHERE code = $1`
+	insertSQL = `INSERT INTO links (code, url) VALUES ($1, $2) ON CONFLICT (code) DO NOTHING`
+)
+
 // pgStore keeps links in Postgres. database/sql's *sql.DB is not one
-// connection but a pool of them, safe for concurrent use; this step leaves
-// the pool at its defaults.
+// connection but a pool of them, safe for concurrent use.
 type pgStore struct {
 	db *sql.DB
+	// lookup and insert are prepared statements, or nil when DB_PREPARE is
+	// off. A *sql.Stmt is prepared once per pooled connection, on first
+	// use there; after that a query is one round trip, with no parsing.
+	lookup, insert *sql.Stmt
 }
 
-// openPostgres connects to dsn and creates the schema if it is not there.
-func openPostgres(ctx context.Context, dsn string) (*pgStore, error) {
+// poolConfig sizes database/sql's connection pool (see loadConfig for the
+// defaults and the variables that set them).
+type poolConfig struct {
+	maxOpen     int           // connections open at most, busy or idle; 0 = no limit
+	maxIdle     int           // idle connections kept for reuse; database/sql's default is 2
+	maxIdleTime time.Duration // close a connection idle this long; 0 = never
+	maxLifetime time.Duration // close a connection this old; 0 = never
+	prepare     bool          // use prepared statements
+}
+
+// openPostgres connects to dsn, sizes the pool, and creates the schema if it
+// is not there.
+func openPostgres(ctx context.Context, dsn string, pool poolConfig) (*pgStore, error) {
 	db, err := sql.Open("postgres", dsn)
 	if err != nil {
 		return nil, fmt.Errorf("store: open: %w", err)
 	}
+	db.SetMaxOpenConns(pool.maxOpen)
+	db.SetMaxIdleConns(pool.maxIdle)
+	db.SetConnMaxIdleTime(pool.maxIdleTime)
+	db.SetConnMaxLifetime(pool.maxLifetime)
 	s := &pgStore{db: db}
 	if err := s.migrate(ctx); err != nil {
 		db.Close() //nolint:errcheck // the migrate error is the one worth returning
 		return nil, err
 	}
+	if pool.prepare {
+		if err := s.prepare(ctx); err != nil {
+			db.Close() //nolint:errcheck // the prepare error is the one worth returning
+			return nil, err
+		}
+	}
 	return s, nil
+}
+
+// prepare prepares the lookup and the insert (once here, to check them; then
+// database/sql prepares them again on each connection as it first uses them).
+func (s *pgStore) prepare(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, migrateTimeout)
+	defer cancel()
+	var err error
+	if s.lookup, err = s.db.PrepareContext(ctx, lookupSQL); err != nil {
+		return fmt.Errorf("store: prepare lookup: %w", err)
+	}
+	if s.insert, err = s.db.PrepareContext(ctx, insertSQL); err != nil {
+		return fmt.Errorf("store: prepare insert: %w", err)
+	}
+	return nil
 }
 
 // migrate runs sql/schema.sql. Several copies of the app may start at once
@@ -67,23 +112,29 @@ func (s *pgStore) migrate(ctx context.Context) error {
 	return nil
 }
 
-// Save stores url under code, or returns ErrCodeTaken. There is no index on
-// code in this step, so nothing in the database stops a duplicate: Save
-// checks first, then inserts. Two requests that draw the same code at the
-// same moment can both pass the check; step 03's unique index closes that.
+// Save stores url under code, or returns ErrCodeTaken. The unique index on
+// code decides, in one statement: if the code is taken the insert does
+// nothing and reports no row affected. There is no window between a check
+// and an insert for another request to slip into.
 func (s *pgStore) Save(ctx context.Context, code, url string) error {
 	ctx, cancel := context.WithTimeout(ctx, dbTimeout)
 	defer cancel()
-	var taken bool
-	err := s.db.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM links WHERE code = $1)`, code).Scan(&taken)
+	var res sql.Result
+	var err error
+	if s.insert != nil {
+		res, err = s.insert.ExecContext(ctx, code, url)
+	} else {
+		res, err = s.db.ExecContext(ctx, insertSQL, code, url)
+	}
 	if err != nil {
-		return fmt.Errorf("store: save %q: check: %w", code, deadline(ctx, err))
-	}
-	if taken {
-		return ErrCodeTaken
-	}
-	if _, err := s.db.ExecContext(ctx, `INSERT INTO links (code, url) VALUES ($1, $2)`, code, url); err != nil {
 		return fmt.Errorf("store: save %q: %w", code, deadline(ctx, err))
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return fmt.Errorf("store: save %q: rows affected: %w", code, err)
+	}
+	if n == 0 {
+		return ErrCodeTaken
 	}
 	return nil
 }
@@ -92,8 +143,14 @@ func (s *pgStore) Save(ctx context.Context, code, url string) error {
 func (s *pgStore) Lookup(ctx context.Context, code string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, dbTimeout)
 	defer cancel()
+	var row *sql.Row
+	if s.lookup != nil {
+		row = s.lookup.QueryRowContext(ctx, code)
+	} else {
+		row = s.db.QueryRowContext(ctx, lookupSQL, code)
+	}
 	var url string
-	err := s.db.QueryRowContext(ctx, `SELECT url FROM links WHERE code = $1`, code).Scan(&url)
+	err := row.Scan(&url)
 	if errors.Is(err, sql.ErrNoRows) {
 		return "", ErrNotFound
 	}
@@ -113,7 +170,14 @@ func deadline(ctx context.Context, err error) error {
 	return err
 }
 
-// Close closes the pool's connections.
+// Close closes the statements and the pool's connections.
 func (s *pgStore) Close() error {
-	return s.db.Close()
+	var errs []error
+	for _, st := range []*sql.Stmt{s.lookup, s.insert} {
+		if st != nil {
+			errs = append(errs, st.Close())
+		}
+	}
+	errs = append(errs, s.db.Close())
+	return errors.Join(errs...)
 }

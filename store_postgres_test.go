@@ -6,6 +6,7 @@ import (
 	"errors"
 	"log/slog"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -38,7 +39,7 @@ func TestMigrateConcurrently(t *testing.T) {
 	errs := make(chan error, 5)
 	for range 4 {
 		wg.Go(func() {
-			s, err := openPostgres(context.Background(), dsn)
+			s, err := openPostgres(context.Background(), dsn, testPool)
 			if err == nil {
 				err = s.Close()
 			}
@@ -46,7 +47,7 @@ func TestMigrateConcurrently(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	s, err := openPostgres(context.Background(), dsn)
+	s, err := openPostgres(context.Background(), dsn, testPool)
 	if err == nil {
 		err = s.Close()
 	}
@@ -63,7 +64,7 @@ func TestOpenPostgresUnreachable(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	// Port 1 on loopback: nothing listens there, so the connection is refused.
-	_, err := openPostgres(ctx, "postgres://postgres@127.0.0.1:1/x?sslmode=disable&connect_timeout=2")
+	_, err := openPostgres(ctx, "postgres://postgres@127.0.0.1:1/x?sslmode=disable&connect_timeout=2", testPool)
 	if err == nil {
 		t.Fatal("openPostgres on a closed port returned nil error")
 	}
@@ -123,7 +124,7 @@ func TestSlowDatabaseIsBounded(t *testing.T) {
 // TestSeed loads sql/seed.sql with psql, as the docs tell a reader to.
 func TestSeed(t *testing.T) {
 	dsn := testDatabase(t)
-	s, err := openPostgres(context.Background(), dsn)
+	s, err := openPostgres(context.Background(), dsn, testPool)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -187,5 +188,50 @@ func TestSeedCode(t *testing.T) {
 	// The middle of the 500,000-link table, which the benchmarks hit.
 	if got := seedCode(250000); got != "zOC1qfw" {
 		t.Errorf("seedCode(250000) = %q, want zOC1qfw", got)
+	}
+}
+
+// TestSaveSameCodeConcurrently is the race step 02 left open: many requests
+// saving one code at the same moment. The unique index must let exactly one
+// through.
+func TestSaveSameCodeConcurrently(t *testing.T) {
+	s := openTestStore(t)
+	const n = 16
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i := range n {
+		wg.Go(func() {
+			errs <- s.Save(context.Background(), "sameCod", "https://example.com/"+strconv.Itoa(i))
+		})
+	}
+	wg.Wait()
+	close(errs)
+	saved, taken := 0, 0
+	for err := range errs {
+		switch {
+		case err == nil:
+			saved++
+		case errors.Is(err, ErrCodeTaken):
+			taken++
+		default:
+			t.Errorf("Save: %v", err)
+		}
+	}
+	if saved != 1 || taken != n-1 {
+		t.Errorf("%d saves succeeded and %d found the code taken, want 1 and %d", saved, taken, n-1)
+	}
+	if got := countLinks(t, s); got != 1 {
+		t.Errorf("table holds %d links, want 1", got)
+	}
+}
+
+func TestPoolSettingsApply(t *testing.T) {
+	s, err := openPostgres(context.Background(), testDatabase(t), poolConfig{maxOpen: 3, maxIdle: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if got := s.db.Stats().MaxOpenConnections; got != 3 {
+		t.Errorf("MaxOpenConnections = %d, want 3", got)
 	}
 }

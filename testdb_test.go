@@ -59,10 +59,24 @@ func testDatabase(t *testing.T) string {
 	return u.String()
 }
 
+// testPool is the pool the app uses by default.
+var testPool = poolConfig{
+	maxOpen:     defaultMaxOpenConns,
+	maxIdle:     defaultMaxIdleConns,
+	maxIdleTime: defaultConnMaxIdleTime,
+	maxLifetime: defaultConnMaxLifetime,
+	prepare:     defaultPrepare,
+}
+
 // openTestStore returns a pgStore on a fresh database, closed at the end.
 func openTestStore(t *testing.T) *pgStore {
 	t.Helper()
-	s, err := openPostgres(context.Background(), testDatabase(t))
+	return openTestStoreWith(t, testPool)
+}
+
+func openTestStoreWith(t *testing.T, pool poolConfig) *pgStore {
+	t.Helper()
+	s, err := openPostgres(context.Background(), testDatabase(t), pool)
 	if err != nil {
 		t.Fatalf("openPostgres: %v", err)
 	}
@@ -80,6 +94,11 @@ func forEachStore(t *testing.T, fn func(t *testing.T, store Store)) {
 	t.Helper()
 	t.Run("memory", func(t *testing.T) { fn(t, newMemoryStore()) })
 	t.Run("postgres", func(t *testing.T) { fn(t, openTestStore(t)) })
+	t.Run("postgres unprepared", func(t *testing.T) {
+		pool := testPool
+		pool.prepare = false
+		fn(t, openTestStoreWith(t, pool))
+	})
 }
 
 // countLinks returns how many links the store holds.

@@ -1,11 +1,17 @@
 -- The shortener's schema. The app runs this file at start (it is embedded in
 -- the binary), so every statement must be safe to run again.
 --
--- Step 02: no index on code. Every lookup reads the whole table; that is the
--- point of this step, and step 03 adds the index.
+-- Step 02: the table, with no index on code.
 CREATE TABLE IF NOT EXISTS links (
     id         bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     code       text        NOT NULL,
     url        text        NOT NULL,
     created_at timestamptz NOT NULL DEFAULT now()
 );
+
+-- Step 03: a unique index on code. Lookups become an index probe instead of
+-- a table scan, and the database itself now refuses a duplicate code, which
+-- lets the app insert with ON CONFLICT DO NOTHING instead of checking first.
+-- (On a table that already holds a duplicate code, which step 02's
+-- check-then-insert could in theory produce, this fails and says which.)
+CREATE UNIQUE INDEX IF NOT EXISTS links_code_key ON links (code);
