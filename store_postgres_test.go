@@ -128,7 +128,7 @@ func TestSeed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close()
+	closeOnCleanup(t, s)
 	for range 2 { // a second run must add nothing
 		out, err := exec.Command("psql", dsn, "-q", "-v", "rows=2000", "-f", "sql/seed.sql").CombinedOutput()
 		if err != nil {
@@ -230,7 +230,7 @@ func TestPoolSettingsApply(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close()
+	closeOnCleanup(t, s)
 	if got := s.db.Stats().MaxOpenConnections; got != 3 {
 		t.Errorf("MaxOpenConnections = %d, want 3", got)
 	}

@@ -80,12 +80,18 @@ func openTestStoreWith(t *testing.T, pool poolConfig) *pgStore {
 	if err != nil {
 		t.Fatalf("openPostgres: %v", err)
 	}
+	closeOnCleanup(t, s)
+	return s
+}
+
+// closeOnCleanup closes s when the test ends, failing the test if that fails.
+func closeOnCleanup(t *testing.T, s *pgStore) {
+	t.Helper()
 	t.Cleanup(func() {
 		if err := s.Close(); err != nil {
 			t.Errorf("close store: %v", err)
 		}
 	})
-	return s
 }
 
 // forEachStore runs fn as a subtest against each Store: the handlers must

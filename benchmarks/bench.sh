@@ -98,7 +98,9 @@ ticks_pid() { # utime+stime of one process
 	[ -n "$pid" ] && [ -r "/proc/$pid/stat" ] && awk '{print $14 + $15}' "/proc/$pid/stat" || echo 0
 }
 ticks_name() { # utime+stime, plus children reaped (postmaster reaps backends), of processes named $1
-	awk -v n="($1)" '$2 == n {s += $14 + $15 + $16 + $17} END {print s + 0}' /proc/[0-9]*/stat 2>/dev/null || echo 0
+	# cat, not awk on the files: a process can exit between the glob and the
+	# read, and awk stops at the first file it cannot open.
+	cat /proc/[0-9]*/stat 2>/dev/null | awk -v n="($1)" '$2 == n {s += $14 + $15 + $16 + $17} END {print s + 0}'
 }
 ticks_children() { # CPU of this shell's finished children (hey), in 1/100 s, from times output in $1
 	awk 'NR == 2 {
