@@ -1,11 +1,14 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"net/url"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // The pool's defaults, chosen by the measurements in docs/03: as many open
@@ -19,6 +22,36 @@ const (
 	defaultPrepare         = true
 )
 
+// defaultCacheTTL is how long a link stays in Redis after it was last
+// filled. Links never change, so the TTL only decides how long an unpopular
+// link takes memory; an hour keeps anything clicked more than hourly warm.
+const defaultCacheTTL = time.Hour
+
+// The range CACHE_TTL may take.
+const (
+	minCacheTTL = time.Second
+	maxCacheTTL = 30 * 24 * time.Hour
+)
+
+// maxRedisConns bounds the pool sizes a REDIS_URL may ask for
+// (?pool_size=…): go-redis panics on a negative one and allocates a huge
+// one before it dials.
+const maxRedisConns = 1000
+
+// checkRedisPool refuses pool settings in a REDIS_URL that go-redis would
+// crash on.
+func checkRedisPool(o *redis.Options) error {
+	for _, n := range []struct {
+		name string
+		v    int
+	}{{"pool_size", o.PoolSize}, {"min_idle_conns", o.MinIdleConns}, {"max_idle_conns", o.MaxIdleConns}, {"max_active_conns", o.MaxActiveConns}} {
+		if n.v < 0 || n.v > maxRedisConns {
+			return fmt.Errorf("%s=%d: want 0 to %d", n.name, n.v, maxRedisConns)
+		}
+	}
+	return nil
+}
+
 // config is everything the program reads from its environment.
 type config struct {
 	addr    string // ADDR: where to listen, default ":8080"
@@ -29,83 +62,139 @@ type config struct {
 
 	databaseURL string     // DATABASE_URL: Postgres; empty means the memory store
 	pool        poolConfig // DB_MAX_OPEN_CONNS, DB_MAX_IDLE_CONNS, DB_CONN_MAX_IDLE_TIME, DB_CONN_MAX_LIFETIME, DB_PREPARE
+
+	// redis is REDIS_URL, parsed; nil means no cache.
+	redis    *redis.Options
+	cacheTTL time.Duration // CACHE_TTL
 }
 
+// defaultConfig is the configuration with nothing set.
+func defaultConfig() config {
+	return config{
+		addr: ":8080",
+		pool: poolConfig{
+			maxOpen:     defaultMaxOpenConns,
+			maxIdle:     defaultMaxIdleConns,
+			maxIdleTime: defaultConnMaxIdleTime,
+			maxLifetime: defaultConnMaxLifetime,
+			prepare:     defaultPrepare,
+		},
+		cacheTTL: defaultCacheTTL,
+	}
+}
+
+// loadConfig reads the environment in one pass and reports every bad
+// variable at once, so that a wrong deployment is fixed in one go.
 func loadConfig(getenv func(string) string) (config, error) {
-	cfg := config{addr: getenv("ADDR"), databaseURL: getenv("DATABASE_URL")}
-	if cfg.addr == "" {
-		cfg.addr = ":8080"
+	cfg := defaultConfig()
+	env := envReader{getenv: getenv}
+	cfg.addr = env.str("ADDR", cfg.addr)
+	cfg.databaseURL = env.str("DATABASE_URL", "")
+	cfg.pool.maxOpen = env.int("DB_MAX_OPEN_CONNS", cfg.pool.maxOpen)
+	cfg.pool.maxIdle = env.int("DB_MAX_IDLE_CONNS", cfg.pool.maxIdle)
+	cfg.pool.maxIdleTime = env.duration("DB_CONN_MAX_IDLE_TIME", cfg.pool.maxIdleTime)
+	cfg.pool.maxLifetime = env.duration("DB_CONN_MAX_LIFETIME", cfg.pool.maxLifetime)
+	cfg.pool.prepare = env.bool("DB_PREPARE", cfg.pool.prepare)
+	if raw := getenv("CACHE_TTL"); raw != "" {
+		// Below a second a key would expire before it could be hit; past
+		// 30 days it would never leave on its own.
+		d, err := time.ParseDuration(raw)
+		if err != nil || d < minCacheTTL || d > maxCacheTTL {
+			env.fail("CACHE_TTL", raw, fmt.Sprintf("want a duration from %s to %s, like 1h (to turn the cache off, unset REDIS_URL)", minCacheTTL, maxCacheTTL))
+		} else {
+			cfg.cacheTTL = d
+		}
 	}
-	var err error
-	if cfg.pool.maxOpen, err = intEnv(getenv, "DB_MAX_OPEN_CONNS", defaultMaxOpenConns); err != nil {
-		return config{}, err
-	}
-	if cfg.pool.maxIdle, err = intEnv(getenv, "DB_MAX_IDLE_CONNS", defaultMaxIdleConns); err != nil {
-		return config{}, err
-	}
-	if cfg.pool.maxIdleTime, err = durationEnv(getenv, "DB_CONN_MAX_IDLE_TIME", defaultConnMaxIdleTime); err != nil {
-		return config{}, err
-	}
-	if cfg.pool.maxLifetime, err = durationEnv(getenv, "DB_CONN_MAX_LIFETIME", defaultConnMaxLifetime); err != nil {
-		return config{}, err
-	}
-	if cfg.pool.prepare, err = boolEnv(getenv, "DB_PREPARE", defaultPrepare); err != nil {
-		return config{}, err
+	if raw := getenv("REDIS_URL"); raw != "" {
+		opts, err := redis.ParseURL(raw)
+		if err != nil {
+			// ParseURL's message can repeat the URL, password and all:
+			// say what is wrong without echoing it.
+			env.fail("REDIS_URL", "(not shown)", "want a URL like redis://127.0.0.1:6379/0")
+		} else if err := checkRedisPool(opts); err != nil {
+			env.fail("REDIS_URL", "(not shown)", err.Error())
+		} else {
+			cfg.redis = opts
+		}
 	}
 	if raw := getenv("BASE_URL"); raw != "" {
 		u, err := url.Parse(raw)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" ||
+		host := ""
+		if err == nil && u.Host != "" {
+			host, err = asciiHost(u.Hostname())
+		}
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || host == "" ||
 			u.User != nil || u.RawQuery != "" || u.Fragment != "" {
-			return config{}, fmt.Errorf("config: BASE_URL %q is not an http or https URL like https://sho.rt", raw)
+			env.fail("BASE_URL", raw, "want an http or https URL like https://sho.rt")
+		} else {
+			cfg.baseHost = host
+			cfg.baseURL = strings.TrimSuffix(raw, "/")
 		}
-		host, err := asciiHost(u.Hostname())
-		if err != nil {
-			return config{}, fmt.Errorf("config: BASE_URL %q: %w", raw, err)
-		}
-		cfg.baseHost = host
-		cfg.baseURL = strings.TrimSuffix(raw, "/")
+	}
+	if err := env.err(); err != nil {
+		return config{}, err
 	}
 	return cfg, nil
 }
 
-// intEnv reads a whole number of zero or more from the environment, or def
-// if the variable is unset.
-func intEnv(getenv func(string) string, name string, def int) (int, error) {
-	raw := getenv(name)
-	if raw == "" {
-		return def, nil
-	}
-	n, err := strconv.Atoi(raw)
-	if err != nil || n < 0 {
-		return 0, fmt.Errorf("config: %s=%q: want a whole number, 0 or more", name, raw)
-	}
-	return n, nil
+// envReader reads typed settings from the environment. A bad value is
+// remembered and the default kept, so that loadConfig can go on and report
+// every bad variable together.
+type envReader struct {
+	getenv func(string) string
+	errs   []error
 }
 
-// durationEnv reads a duration such as "90s" or "5m" from the environment,
-// or def if the variable is unset; "0" means no limit.
-func durationEnv(getenv func(string) string, name string, def time.Duration) (time.Duration, error) {
-	raw := getenv(name)
-	if raw == "" {
-		return def, nil
-	}
-	d, err := time.ParseDuration(raw)
-	if err != nil || d < 0 {
-		return 0, fmt.Errorf("config: %s=%q: want a duration like 90s or 5m, or 0", name, raw)
-	}
-	return d, nil
+func (e *envReader) fail(name, raw, want string) {
+	e.errs = append(e.errs, fmt.Errorf("config: %s=%q: %s", name, raw, want))
 }
 
-// boolEnv reads true or false (or 1 or 0) from the environment, or def if the
-// variable is unset.
-func boolEnv(getenv func(string) string, name string, def bool) (bool, error) {
-	raw := getenv(name)
+func (e *envReader) err() error { return errors.Join(e.errs...) }
+
+func (e *envReader) str(name, def string) string {
+	if raw := e.getenv(name); raw != "" {
+		return raw
+	}
+	return def
+}
+
+// int reads a whole number of zero or more.
+func (e *envReader) int(name string, def int) int {
+	return read(e, name, def, "want a whole number, 0 or more", func(raw string) (int, bool) {
+		n, err := strconv.Atoi(raw)
+		return n, err == nil && n >= 0
+	})
+}
+
+// duration reads a duration such as "90s" or "5m"; "0" is allowed (where it
+// means "no limit", the caller says so).
+func (e *envReader) duration(name string, def time.Duration) time.Duration {
+	return read(e, name, def, "want a duration like 90s or 5m, or 0", func(raw string) (time.Duration, bool) {
+		d, err := time.ParseDuration(raw)
+		return d, err == nil && d >= 0
+	})
+}
+
+// bool reads true or false (or 1 or 0).
+func (e *envReader) bool(name string, def bool) bool {
+	return read(e, name, def, "want true or false", func(raw string) (bool, bool) {
+		b, err := strconv.ParseBool(raw)
+		return b, err == nil
+	})
+}
+
+// read is the one shape every typed getter shares: unset gives def, a value
+// parse refuses is recorded as an error. (A method cannot have type
+// parameters in Go, so this is a function taking the reader.)
+func read[T any](e *envReader, name string, def T, want string, parse func(string) (T, bool)) T {
+	raw := e.getenv(name)
 	if raw == "" {
-		return def, nil
+		return def
 	}
-	b, err := strconv.ParseBool(raw)
-	if err != nil {
-		return false, fmt.Errorf("config: %s=%q: want true or false", name, raw)
+	v, ok := parse(raw)
+	if !ok {
+		e.fail(name, raw, want)
+		return def
 	}
-	return b, nil
+	return v
 }

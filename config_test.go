@@ -1,26 +1,38 @@
 package main
 
 import (
+	"strings"
 	"testing"
 	"time"
 )
 
 func TestLoadConfig(t *testing.T) {
-	defaults := poolConfig{defaultMaxOpenConns, defaultMaxIdleConns, defaultConnMaxIdleTime, defaultConnMaxLifetime, defaultPrepare}
 	tests := []struct {
 		name    string
 		env     map[string]string
 		want    config
 		wantErr bool
 	}{
-		{"defaults", nil, config{addr: ":8080", pool: defaults}, false},
+		{"defaults", nil, defaultConfig(), false},
 		{"all set", map[string]string{
 			"ADDR": "127.0.0.1:9000", "BASE_URL": "https://Sho.RT/", "DATABASE_URL": "postgres://x",
 			"DB_MAX_OPEN_CONNS": "16", "DB_MAX_IDLE_CONNS": "4", "DB_CONN_MAX_IDLE_TIME": "90s", "DB_CONN_MAX_LIFETIME": "0", "DB_PREPARE": "false",
 		}, config{
 			addr: "127.0.0.1:9000", baseURL: "https://Sho.RT", baseHost: "sho.rt", databaseURL: "postgres://x",
-			pool: poolConfig{16, 4, 90 * time.Second, 0, false},
+			pool: poolConfig{16, 4, 90 * time.Second, 0, false}, cacheTTL: defaultCacheTTL,
 		}, false},
+		{"cache ttl", map[string]string{"CACHE_TTL": "90s"}, func() config { c := defaultConfig(); c.cacheTTL = 90 * time.Second; return c }(), false},
+		{"cache ttl zero", map[string]string{"CACHE_TTL": "0"}, config{}, true},
+		{"cache ttl a nanosecond", map[string]string{"CACHE_TTL": "1ns"}, config{}, true},
+		{"cache ttl negative", map[string]string{"CACHE_TTL": "-1s"}, config{}, true},
+		{"cache ttl eleven years", map[string]string{"CACHE_TTL": "99999h"}, config{}, true},
+		{"cache ttl a second", map[string]string{"CACHE_TTL": "1s"}, func() config { c := defaultConfig(); c.cacheTTL = time.Second; return c }(), false},
+		{"redis pool negative", map[string]string{"REDIS_URL": "redis://127.0.0.1:6379/0?pool_size=-5"}, config{}, true},
+		{"redis pool huge", map[string]string{"REDIS_URL": "redis://127.0.0.1:6379/0?pool_size=2000000000"}, config{}, true},
+		{"cache ttl words", map[string]string{"CACHE_TTL": "long"}, config{}, true},
+		{"redis url not a url", map[string]string{"REDIS_URL": "127.0.0.1:6379"}, config{}, true},
+		{"redis url wrong scheme", map[string]string{"REDIS_URL": "http://127.0.0.1:6379"}, config{}, true},
+		{"redis url bad db", map[string]string{"REDIS_URL": "redis://127.0.0.1:6379/x"}, config{}, true},
 		{"negative open", map[string]string{"DB_MAX_OPEN_CONNS": "-1"}, config{}, true},
 		{"words", map[string]string{"DB_MAX_IDLE_CONNS": "ten"}, config{}, true},
 		{"duration without unit", map[string]string{"DB_CONN_MAX_IDLE_TIME": "30"}, config{}, true},
@@ -45,5 +57,38 @@ func TestLoadConfig(t *testing.T) {
 				t.Errorf("loadConfig = %+v, want %+v", got, tt.want)
 			}
 		})
+	}
+}
+
+// TestLoadConfigReportsEveryBadVariable: one start names every mistake, and
+// a password in REDIS_URL is not repeated back.
+func TestLoadConfigReportsEveryBadVariable(t *testing.T) {
+	env := map[string]string{
+		"DB_MAX_OPEN_CONNS": "-1", "DB_PREPARE": "maybe", "CACHE_TTL": "soon",
+		"REDIS_URL": "redis://:s3cret@127.0.0.1:notaport", "BASE_URL": "sho.rt",
+	}
+	_, err := loadConfig(func(k string) string { return env[k] })
+	if err == nil {
+		t.Fatal("loadConfig accepted five bad variables")
+	}
+	for name := range env {
+		if !strings.Contains(err.Error(), name) {
+			t.Errorf("error does not name %s:\n%v", name, err)
+		}
+	}
+	if strings.Contains(err.Error(), "s3cret") {
+		t.Errorf("error repeats the Redis password:\n%v", err)
+	}
+}
+
+func TestLoadConfigRedisURL(t *testing.T) {
+	cfg, err := loadConfig(func(k string) string {
+		return map[string]string{"REDIS_URL": "redis://127.0.0.1:6390/2"}[k]
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.redis == nil || cfg.redis.Addr != "127.0.0.1:6390" || cfg.redis.DB != 2 {
+		t.Errorf("REDIS_URL parsed as %+v, want addr 127.0.0.1:6390 db 2", cfg.redis)
 	}
 }

@@ -33,6 +33,14 @@ var (
 	// ErrOwnHost means the URL points at the shortener itself, which would
 	// make a redirect loop.
 	ErrOwnHost = errors.New("url points at this shortener")
+	// ErrBodyTimeout means the request body did not arrive before the
+	// server's read deadline. The error it wraps names the server's socket
+	// address, so only the log sees it.
+	ErrBodyTimeout = errors.New("request body not received in time")
+	// ErrBodyRead means the connection failed while the body was being
+	// read (reset, or closed before Content-Length bytes). As with
+	// ErrBodyTimeout, the wrapped error is for the log alone.
+	ErrBodyRead = errors.New("request body could not be read")
 )
 
 func handleShorten(store Store, cfg config, log *slog.Logger) http.Handler {
@@ -112,6 +120,15 @@ func handleRedirect(store Store, log *slog.Logger) http.Handler {
 	})
 }
 
+// handleMethodNotAllowed answers 405 with the given Allow header, for a path
+// where the mux would otherwise pick the wrong route or list the wrong methods.
+func handleMethodNotAllowed(allow string, log *slog.Logger) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Allow", allow)
+		writeJSON(w, r, log, http.StatusMethodNotAllowed, map[string]string{"error": "method not allowed"})
+	})
+}
+
 func handleHealthz() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -121,15 +138,21 @@ func handleHealthz() http.Handler {
 
 // decodeJSON reads one JSON object from the body into dst, refusing bodies
 // over maxBodyBytes, unknown fields and anything after the object.
+//
+// The decoder hands back whatever the body's reader returned, and a network
+// error's text carries the server's address ("read tcp 10.0.0.5:8080->…: i/o
+// timeout"). So the body is read through a readErrReader, and an error that
+// came from reading is never shown as it is; only the decoder's own
+// complaints about the JSON are.
 func decodeJSON(w http.ResponseWriter, r *http.Request, dst any) error {
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBodyBytes))
+	body := &readErrReader{r: http.MaxBytesReader(w, r.Body, maxBodyBytes)}
+	dec := json.NewDecoder(body)
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(dst); err != nil {
-		var maxErr *http.MaxBytesError
 		var typeErr *json.UnmarshalTypeError
 		switch {
-		case errors.As(err, &maxErr):
-			return err
+		case body.err != nil:
+			return bodyReadError(body.err)
 		case errors.Is(err, io.EOF):
 			return fmt.Errorf(`%w: body is empty; send {"url":"https://…"}`, ErrBadRequest)
 		case errors.As(err, &typeErr):
@@ -138,17 +161,69 @@ func decodeJSON(w http.ResponseWriter, r *http.Request, dst any) error {
 			}
 			return fmt.Errorf("%w: field %q must be a %s", ErrBadRequest, typeErr.Field, typeErr.Type)
 		default:
-			return fmt.Errorf("%w: malformed JSON: %v", ErrBadRequest, strings.TrimPrefix(err.Error(), "json: "))
+			return decodeError(err)
 		}
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		var maxErr *http.MaxBytesError
-		if errors.As(err, &maxErr) {
-			return err
+		if body.err != nil {
+			return bodyReadError(body.err)
 		}
 		return fmt.Errorf("%w: body must hold one JSON object and nothing after it", ErrBadRequest)
 	}
 	return nil
+}
+
+// readErrReader remembers the last error other than io.EOF that its reader
+// returned, so that decodeJSON can tell a failed read from bad JSON.
+type readErrReader struct {
+	r   io.Reader
+	err error
+}
+
+func (b *readErrReader) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	if err != nil && err != io.EOF {
+		b.err = err
+	}
+	return n, err
+}
+
+// bodyReadError turns an error from reading the body into one errorStatus
+// answers with a fixed message: 413 for a body over the limit, 408 for one
+// that stalled past the read deadline, 400 for one cut short or broken.
+func bodyReadError(err error) error {
+	var maxErr *http.MaxBytesError
+	var netErr net.Error
+	switch {
+	case errors.As(err, &maxErr):
+		return err
+	case errors.As(err, &netErr) && netErr.Timeout():
+		return fmt.Errorf("%w: %w", ErrBodyTimeout, err)
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return fmt.Errorf("%w: body ended early: %w", ErrBodyRead, err)
+	default:
+		return fmt.Errorf("%w: %w", ErrBodyRead, err)
+	}
+}
+
+// decodeError turns an error from the JSON decoder (not from reading) into one
+// whose text may be shown: a syntax error names a character of the body and
+// where it is, an unknown field names the client's own key. Anything else
+// would be a bug here (such as a dst the decoder cannot fill) and is left
+// to errorStatus to answer as an internal error.
+func decodeError(err error) error {
+	var syntaxErr *json.SyntaxError
+	switch {
+	case errors.As(err, &syntaxErr):
+		return fmt.Errorf("%w: malformed JSON: %s", ErrBadRequest, strings.TrimPrefix(syntaxErr.Error(), "json: "))
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return fmt.Errorf("%w: malformed JSON: the body ends before the JSON value does", ErrBadRequest)
+	case strings.HasPrefix(err.Error(), "json: unknown field "):
+		// DisallowUnknownFields reports this with fmt.Errorf, no type.
+		return fmt.Errorf("%w: %s", ErrBadRequest, strings.TrimPrefix(err.Error(), "json: "))
+	default:
+		return fmt.Errorf("decode json: %w", err)
+	}
 }
 
 // errorStatus maps an error to the status code and message a client sees.
@@ -159,7 +234,15 @@ func errorStatus(err error) (int, string) {
 	switch {
 	case errors.As(err, &maxErr):
 		return http.StatusRequestEntityTooLarge, fmt.Sprintf("request body larger than %d bytes", maxErr.Limit)
+	case errors.Is(err, ErrBodyTimeout):
+		return http.StatusRequestTimeout, ErrBodyTimeout.Error()
+	case errors.Is(err, io.ErrUnexpectedEOF) && errors.Is(err, ErrBodyRead):
+		return http.StatusBadRequest, "request body ended early"
+	case errors.Is(err, ErrBodyRead):
+		return http.StatusBadRequest, ErrBodyRead.Error()
 	case errors.Is(err, ErrBadRequest), errors.Is(err, ErrInvalidURL):
+		// Every error wrapping these is built from our own text and the
+		// client's input, never from another error's text.
 		return http.StatusBadRequest, err.Error()
 	case errors.Is(err, ErrOwnHost):
 		return http.StatusBadRequest, "invalid url: points at this shortener, which would redirect to itself"
@@ -180,8 +263,18 @@ func errorStatus(err error) (int, string) {
 
 func writeError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err error) {
 	status, msg := errorStatus(err)
-	if status == http.StatusInternalServerError {
+	switch {
+	case status == http.StatusInternalServerError:
 		log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+	case errors.Is(err, ErrBodyTimeout), errors.Is(err, ErrBodyRead):
+		// The client's fault, or the network's, but its detail (which
+		// addresses, which deadline) is only in err, and only here.
+		log.Warn("read request body", "method", r.Method, "path", r.URL.Path, "err", err)
+	}
+	if status == http.StatusRequestTimeout {
+		// The rest of the body may still be on its way; the connection
+		// cannot carry another request (RFC 9110, section 15.5.9).
+		w.Header().Set("Connection", "close")
 	}
 	writeJSON(w, r, log, status, map[string]string{"error": msg})
 }

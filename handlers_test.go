@@ -1,15 +1,22 @@
 package main
 
 import (
+	"bufio"
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
+	"time"
 )
 
 var discardLog = slog.New(slog.DiscardHandler)
@@ -74,6 +81,11 @@ func testShortenRefusesBadInput(t *testing.T, store Store) {
 		{"own host", `{"url":"https://sho.rt/abcdefg"}`, 400, "this shortener"},
 		{"own host other case and dot", `{"url":"http://SHO.RT./x"}`, 400, "this shortener"},
 		{"own host as requested", `{"url":"http://example.com/x"}`, 400, "this shortener"},
+		{"loopback as a number", `{"url":"http://2130706433/"}`, 400, "loopback"},
+		{"localhost", `{"url":"http://localhost:8080/"}`, 400, "localhost"},
+		{"unspecified", `{"url":"http://0.0.0.0/"}`, 400, "unspecified"},
+		{"bad numeric host", `{"url":"http://256.0.0.1/"}`, 400, "ends in a number"},
+		{"empty label", `{"url":"https://go.dev../"}`, 400, "empty label"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -160,9 +172,19 @@ func testRouting(t *testing.T, store Store) {
 		{"GET", "/abc-efg", 404, ""},  // not base62
 		{"GET", "/a/b", 404, ""},      // no route
 		{"GET", "/", 404, ""},         // no route
-		{"GET", "/shorten", 404, ""},  // a reserved word, never a code
+		{"GET", "/shorten/", 404, ""}, // no route
+		{"HEAD", "/healthz", 200, ""},
 		{"DELETE", "/abcdefg", 405, "GET, HEAD"},
-		{"PUT", "/shorten", 405, "GET, HEAD, POST"},
+		// /shorten is never taken for a code, and takes POST alone.
+		{"GET", "/shorten", 405, "POST"},
+		{"HEAD", "/shorten", 405, "POST"},
+		{"PUT", "/shorten", 405, "POST"},
+		{"DELETE", "/shorten", 405, "POST"},
+		{"PATCH", "/shorten", 405, "POST"},
+		{"OPTIONS", "/shorten", 405, "POST"},
+		{"POST", "/healthz", 405, "GET, HEAD"},
+		{"PUT", "/healthz", 405, "GET, HEAD"},
+		{"DELETE", "/healthz", 405, "GET, HEAD"},
 	}
 	for _, tt := range tests {
 		rec := do(t, h, tt.method, tt.path, "")
@@ -179,6 +201,162 @@ func testRouting(t *testing.T, store Store) {
 		jsonError(t, rec)
 		if got := rec.Header().Get("Allow"); got != tt.allow {
 			t.Errorf("%s %s Allow = %q, want %q", tt.method, tt.path, got, tt.allow)
+		}
+	}
+}
+
+// TestShortenRefusesOwnHostInAnySpelling checks that the loop guard compares
+// hosts as a browser reads them, for both BASE_URL's host and the host the
+// request came to.
+func TestShortenRefusesOwnHostInAnySpelling(t *testing.T) {
+	tests := []struct {
+		name     string
+		cfg      config
+		reqURL   string // where the POST is sent; its host is the request's Host
+		url      string
+		wantCode int
+	}{
+		{"base as decimal", config{baseURL: "http://192.0.2.1", baseHost: "192.0.2.1"}, "http://sho.rt/shorten", "http://3221225985/x", 400},
+		{"base as hex", config{baseURL: "http://192.0.2.1", baseHost: "192.0.2.1"}, "http://sho.rt/shorten", "http://0xc0000201/x", 400},
+		{"base as octal", config{baseURL: "http://192.0.2.1", baseHost: "192.0.2.1"}, "http://sho.rt/shorten", "http://0300.0.2.1/x", 400},
+		{"base as short form", config{baseURL: "http://192.0.2.1", baseHost: "192.0.2.1"}, "http://sho.rt/shorten", "http://192.0.513/x", 400},
+		{"base as mapped IPv6", config{baseURL: "http://192.0.2.1", baseHost: "192.0.2.1"}, "http://sho.rt/shorten", "http://[::ffff:192.0.2.1]/x", 400},
+		{"base IPv6 spelled longer", config{baseURL: "http://[2001:db8::1]", baseHost: "2001:db8::1"}, "http://sho.rt/shorten", "http://[2001:db8:0:0::1]/x", 400},
+		{"request host as decimal", config{}, "http://192.0.2.1:8080/shorten", "http://3221225985/x", 400},
+		{"request host as mapped IPv6", config{}, "http://[::ffff:192.0.2.1]:8080/shorten", "http://192.0.2.1/x", 400},
+		{"request host numeric, url dotted", config{}, "http://3221225985/shorten", "https://192.0.2.1/x", 400},
+		{"a neighbour is fine", config{baseURL: "http://192.0.2.1", baseHost: "192.0.2.1"}, "http://192.0.2.1/shorten", "http://192.0.2.2/x", 201},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newServer(newMemoryStore(), tt.cfg, discardLog).Handler
+			rec := do(t, h, "POST", tt.reqURL, fmt.Sprintf(`{"url":%q}`, tt.url))
+			if rec.Code != tt.wantCode {
+				t.Fatalf("status = %d, want %d (body %q)", rec.Code, tt.wantCode, rec.Body)
+			}
+			if tt.wantCode != 201 {
+				if msg := jsonError(t, rec); !strings.Contains(msg, "this shortener") {
+					t.Errorf("error = %q, want it to say the url points at this shortener", msg)
+				}
+			}
+		})
+	}
+}
+
+// TestShortenBodyReadErrors sends a body that stalls, or stops short of its
+// Content-Length, over a real connection to a real server, and checks that
+// the answer says so in fixed words: the network error's text names the
+// server's address and belongs in the log alone.
+func TestShortenBodyReadErrors(t *testing.T) {
+	tests := []struct {
+		name   string
+		finish func(*net.TCPConn) error // after half the body is sent
+		status int
+		errMsg string
+		logHas string
+	}{
+		{"stalls past the read timeout", func(*net.TCPConn) error { return nil }, http.StatusRequestTimeout, "request body not received in time", "i/o timeout"},
+		{"ends before its Content-Length", (*net.TCPConn).CloseWrite, http.StatusBadRequest, "request body ended early", "unexpected EOF"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			logs := &syncBuffer{}
+			srv := newServer(newMemoryStore(), config{}, slog.New(slog.NewTextHandler(logs, nil)))
+			srv.ReadTimeout = 300 * time.Millisecond
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			served := make(chan error, 1)
+			go func() { served <- srv.Serve(ln) }()
+			t.Cleanup(func() {
+				if err := srv.Close(); err != nil {
+					t.Errorf("close server: %v", err)
+				}
+				if err := <-served; !errors.Is(err, http.ErrServerClosed) {
+					t.Errorf("serve: %v", err)
+				}
+			})
+
+			c, err := net.Dial("tcp", ln.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			conn := c.(*net.TCPConn)
+			defer conn.Close()
+			req := "POST /shorten HTTP/1.1\r\nHost: sho.rt\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n" +
+				`{"url":"https://go.dev/`
+			if _, err := io.WriteString(conn, req); err != nil {
+				t.Fatal(err)
+			}
+			if err := tt.finish(conn); err != nil {
+				t.Fatal(err)
+			}
+			if err := conn.SetReadDeadline(time.Now().Add(5 * time.Second)); err != nil {
+				t.Fatal(err)
+			}
+			resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+			if err != nil {
+				t.Fatalf("read response: %v", err)
+			}
+			defer resp.Body.Close()
+			body, err := io.ReadAll(resp.Body)
+			if err != nil {
+				t.Fatalf("read response body: %v", err)
+			}
+			if resp.StatusCode != tt.status {
+				t.Errorf("status = %d, want %d (body %q)", resp.StatusCode, tt.status, body)
+			}
+			var got struct{ Error string }
+			if err := json.Unmarshal(body, &got); err != nil || got.Error != tt.errMsg {
+				t.Errorf("body = %q, want {\"error\":%q}", body, tt.errMsg)
+			}
+			_, serverPort, err := net.SplitHostPort(ln.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, clientPort, err := net.SplitHostPort(conn.LocalAddr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, leak := range []string{"127.0.0.1", serverPort, clientPort, "tcp", "timeout", "EOF"} {
+				if strings.Contains(string(body), leak) {
+					t.Errorf("body %q contains %q", body, leak)
+				}
+			}
+			if !strings.Contains(logs.String(), tt.logHas) {
+				t.Errorf("log does not hold the detail %q:\n%s", tt.logHas, logs)
+			}
+		})
+	}
+}
+
+// TestErrorStatusHidesInternalText feeds errorStatus errors whose text must
+// not reach a client, and checks the status and that none of it does.
+func TestErrorStatusHidesInternalText(t *testing.T) {
+	const secret = "10.1.2.3:5432"
+	netErr := func(err error) error {
+		return &net.OpError{Op: "read", Net: "tcp", Addr: &net.TCPAddr{IP: net.IPv4(10, 1, 2, 3), Port: 5432}, Err: err}
+	}
+	tests := []struct {
+		name   string
+		err    error
+		status int
+	}{
+		{"body read timeout", bodyReadError(netErr(os.ErrDeadlineExceeded)), http.StatusRequestTimeout},
+		{"body connection reset", bodyReadError(netErr(syscall.ECONNRESET)), http.StatusBadRequest},
+		{"body cut short", bodyReadError(fmt.Errorf("%s: %w", secret, io.ErrUnexpectedEOF)), http.StatusBadRequest},
+		{"decoder error that is not about the JSON", decodeError(errors.New("json: cannot decode into " + secret)), http.StatusInternalServerError},
+		{"store failure", fmt.Errorf("store: save: dial tcp %s: connection refused", secret), http.StatusInternalServerError},
+		{"store timeout", fmt.Errorf("store: get %s: %w", secret, context.DeadlineExceeded), http.StatusServiceUnavailable},
+	}
+	for _, tt := range tests {
+		status, msg := errorStatus(tt.err)
+		if status != tt.status {
+			t.Errorf("%s: status = %d, want %d", tt.name, status, tt.status)
+		}
+		if strings.Contains(msg, secret) || strings.Contains(msg, "10.1.2.3") {
+			t.Errorf("%s: message %q shows internal text", tt.name, msg)
 		}
 	}
 }

@@ -42,6 +42,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 
+	// Open in order, close in reverse: each defer sits right after its
+	// open, so the server stops first (below), then Redis, then Postgres.
 	store, closeStore, err := openStore(ctx, cfg, log)
 	if err != nil {
 		return err
@@ -51,6 +53,16 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			log.Error("close store", "err", err)
 		}
 	}()
+	if cfg.redis != nil {
+		rdb := openRedis(ctx, cfg.redis, log)
+		defer func() {
+			if err := rdb.Close(); err != nil {
+				log.Error("close redis", "err", err)
+			}
+		}()
+		store = newCachedStore(store, rdb, cfg.cacheTTL, log)
+		log.Info("cache enabled", "redis", cfg.redis.Addr, "ttl", cfg.cacheTTL)
+	}
 
 	// Listen before serving: a port that is taken fails here, at once, and
 	// ADDR=127.0.0.1:0 lets the kernel pick a free port (the tests use that).

@@ -6,12 +6,15 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"regexp"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // syncBuffer is a bytes.Buffer that the server's logger and the test can use
@@ -207,6 +210,7 @@ func TestRunRefusesBadConfig(t *testing.T) {
 		{"ADDR": "127.0.0.1:0", "BASE_URL": "sho.rt"},
 		{"ADDR": "127.0.0.1:0", "BASE_URL": "ftp://sho.rt"},
 		{"ADDR": "not an address"},
+		{"ADDR": "127.0.0.1:0", "REDIS_URL": "localhost:6379"},
 	}
 	for _, env := range tests {
 		err := run(context.Background(), nil, func(k string) string { return env[k] }, io.Discard, io.Discard)
@@ -238,4 +242,69 @@ func TestRunWithPostgres(t *testing.T) {
 	if resp.StatusCode != http.StatusFound || resp.Header.Get("Location") != "https://go.dev/blog/" {
 		t.Errorf("after restart GET /%s = %d %q, want 302 https://go.dev/blog/", code, resp.StatusCode, resp.Header.Get("Location"))
 	}
+}
+
+// redirectTo checks that GET base/code answers 302 to want.
+func redirectTo(t *testing.T, base, code, want string) {
+	t.Helper()
+	resp, err := noRedirects.Get(base + "/" + code)
+	if err != nil {
+		t.Fatalf("GET /%s: %v", code, err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusFound || resp.Header.Get("Location") != want {
+		t.Errorf("GET /%s = %d %q, want 302 %s", code, resp.StatusCode, resp.Header.Get("Location"), want)
+	}
+}
+
+// TestRunWithRedis checks that REDIS_URL puts the cache in front of
+// Postgres: a redirect fills the link's key, with the configured TTL.
+func TestRunWithRedis(t *testing.T) {
+	opts, _ := testRedis(t)
+	redisURL := fmt.Sprintf("redis://%s/%d", opts.Addr, opts.DB)
+	base, _, logs := startRun(t, map[string]string{
+		"ADDR": "127.0.0.1:0", "DATABASE_URL": testDatabase(t), "REDIS_URL": redisURL, "CACHE_TTL": "42s",
+	})
+	if !strings.Contains(logs.String(), "cache enabled") {
+		t.Errorf("log does not say the cache is on:\n%s", logs)
+	}
+	code := shorten(t, base, "https://go.dev/cache")
+	look := redis.NewClient(opts)
+	key := cacheKeyPrefix + code
+	t.Cleanup(func() {
+		if err := look.Del(context.Background(), key).Err(); err != nil {
+			t.Errorf("delete %s: %v", key, err)
+		}
+		if err := look.Close(); err != nil {
+			t.Errorf("close redis: %v", err)
+		}
+	})
+	redirectTo(t, base, code, "https://go.dev/cache")
+	ctx := context.Background()
+	if v := look.Get(ctx, key).Val(); v != "https://go.dev/cache" {
+		t.Errorf("redis %s = %q after a redirect, want the URL", key, v)
+	}
+	if ttl := look.TTL(ctx, key).Val(); ttl <= 0 || ttl > 42*time.Second {
+		t.Errorf("TTL of %s = %v, want in (0, 42s]", key, ttl)
+	}
+	redirectTo(t, base, code, "https://go.dev/cache")
+}
+
+// TestRunWithRedisDown: a Redis that does not answer at start is a warning,
+// not a failure; the service works without the cache.
+func TestRunWithRedisDown(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := ln.Addr().String()
+	if err := ln.Close(); err != nil { // nothing listens there now
+		t.Fatal(err)
+	}
+	base, _, logs := startRun(t, map[string]string{"ADDR": "127.0.0.1:0", "REDIS_URL": "redis://" + closed + "/0"})
+	if !strings.Contains(logs.String(), "redis does not answer") {
+		t.Errorf("log does not warn that Redis is down:\n%s", logs)
+	}
+	code := shorten(t, base, "https://go.dev/nocache")
+	redirectTo(t, base, code, "https://go.dev/nocache")
 }

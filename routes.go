@@ -11,6 +11,16 @@ import (
 // wins, so /healthz is never taken for a code.
 func addRoutes(mux *http.ServeMux, store Store, cfg config, log *slog.Logger) {
 	mux.Handle("POST /shorten", handleShorten(store, cfg, log))
+	// Without this, GET /{code} would take GET /shorten for a code.
+	mux.Handle("GET /shorten", handleMethodNotAllowed(allowOverrides["/shorten"], log))
 	mux.Handle("GET /healthz", handleHealthz())
 	mux.Handle("GET /{code}", handleRedirect(store, log))
 }
+
+// allowOverrides is the Allow header of a 405 for paths where ServeMux would
+// list too much. It lists every method of every pattern matching the path,
+// and GET /{code} matches /shorten, so PUT /shorten would be told "Allow:
+// GET, HEAD, POST". (A method-less "/shorten" pattern cannot do this
+// instead: it and GET /{code} overlap with neither more specific, and the
+// mux panics on registering both.) jsonErrors applies it.
+var allowOverrides = map[string]string{"/shorten": "POST"}

@@ -16,10 +16,14 @@ func newServer(store Store, cfg config, log *slog.Logger) *http.Server {
 		// connection forever.
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       10 * time.Second,
-		WriteTimeout:      10 * time.Second,
-		IdleTimeout:       60 * time.Second,
-		MaxHeaderBytes:    64 << 10,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		// The write deadline starts when the headers have been read, the
+		// read deadline when the request began; with the two equal, the
+		// 408 for a body that stalls until the read deadline would race
+		// the write deadline. The margin lets it reach the client.
+		WriteTimeout:   15 * time.Second,
+		IdleTimeout:    60 * time.Second,
+		MaxHeaderBytes: 64 << 10,
+		ErrorLog:       slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 }
 
@@ -35,9 +39,9 @@ func jsonErrors(mux *http.ServeMux, log *slog.Logger) http.Handler {
 }
 
 // muxErrorWriter turns a 404 or 405 written by http.ServeMux into a JSON
-// error, keeping its headers (405 carries Allow), and drops the plain-text
-// body that follows. Anything else (the mux's redirects to a cleaned path)
-// passes through.
+// error, keeping its headers (405 carries Allow, corrected from
+// allowOverrides), and drops the plain-text body that follows. Anything
+// else (the mux's redirects to a cleaned path) passes through.
 type muxErrorWriter struct {
 	http.ResponseWriter
 	r        *http.Request
@@ -52,6 +56,9 @@ func (m *muxErrorWriter) WriteHeader(status int) {
 		writeJSON(m.ResponseWriter, m.r, m.log, status, map[string]string{"error": "not found"})
 	case http.StatusMethodNotAllowed:
 		m.replaced = true
+		if allow, ok := allowOverrides[m.r.URL.Path]; ok {
+			m.Header().Set("Allow", allow)
+		}
 		writeJSON(m.ResponseWriter, m.r, m.log, status, map[string]string{"error": "method not allowed"})
 	default:
 		m.ResponseWriter.WriteHeader(status)

@@ -60,13 +60,7 @@ func testDatabase(t *testing.T) string {
 }
 
 // testPool is the pool the app uses by default.
-var testPool = poolConfig{
-	maxOpen:     defaultMaxOpenConns,
-	maxIdle:     defaultMaxIdleConns,
-	maxIdleTime: defaultConnMaxIdleTime,
-	maxLifetime: defaultConnMaxLifetime,
-	prepare:     defaultPrepare,
-}
+var testPool = defaultConfig().pool
 
 // openTestStore returns a pgStore on a fresh database, closed at the end.
 func openTestStore(t *testing.T) *pgStore {
@@ -105,11 +99,19 @@ func forEachStore(t *testing.T, fn func(t *testing.T, store Store)) {
 		pool.prepare = false
 		fn(t, openTestStoreWith(t, pool))
 	})
+	t.Run("postgres+redis", func(t *testing.T) {
+		opts, prefix := testRedis(t)
+		c, _ := newTestCache(t, openTestStore(t), opts, prefix, discardLog)
+		fn(t, c)
+	})
 }
 
 // countLinks returns how many links the store holds.
 func countLinks(t *testing.T, store Store) int {
 	t.Helper()
+	if c, ok := store.(*cachedStore); ok {
+		store = c.Store
+	}
 	switch s := store.(type) {
 	case *memoryStore:
 		s.mu.RLock()

@@ -67,7 +67,8 @@ commit=$(git -C "$repo" rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
 if [ -n "$(git -C "$repo" status --porcelain 2>/dev/null)" ]; then dirty="dirty tree"; else dirty="clean tree"; fi
 # code id: a hash of the program's source files as they are on disk. Docs and
 # outputs added after a measurement change the commit, not this; rerun
-# benchmarks/codeid.sh at a step's tag to check a file was made from it.
+# benchmarks/codeid.sh after git checkout ':/^Step NN:' to check a file was
+# made from that step's code.
 codeid=$(sh "$(dirname "$0")/codeid.sh" "$repo")
 if [ -r /proc/cpuinfo ]; then
 	cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)
