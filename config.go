@@ -63,6 +63,10 @@ type config struct {
 	databaseURL string     // DATABASE_URL: Postgres; empty means the memory store
 	pool        poolConfig // DB_MAX_OPEN_CONNS, DB_MAX_IDLE_CONNS, DB_CONN_MAX_IDLE_TIME, DB_CONN_MAX_LIFETIME, DB_PREPARE
 
+	// trustedProxies is TRUSTED_PROXIES: the peers whose X-Forwarded-For
+	// header names the client. Empty: nobody's.
+	trustedProxies trustedProxies
+
 	// redis is REDIS_URL, parsed; nil means no cache.
 	redis    *redis.Options
 	cacheTTL time.Duration // CACHE_TTL
@@ -115,6 +119,14 @@ func loadConfig(getenv func(string) string) (config, error) {
 			env.fail("REDIS_URL", "(not shown)", err.Error())
 		} else {
 			cfg.redis = opts
+		}
+	}
+	if raw := getenv("TRUSTED_PROXIES"); raw != "" {
+		tp, err := parseTrustedProxies(raw)
+		if err != nil {
+			env.fail("TRUSTED_PROXIES", raw, fmt.Sprintf("want IP addresses or CIDR prefixes separated by commas, like 127.0.0.1/32,::1 (%v)", err))
+		} else {
+			cfg.trustedProxies = tp
 		}
 	}
 	if raw := getenv("BASE_URL"); raw != "" {

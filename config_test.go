@@ -1,6 +1,8 @@
 package main
 
 import (
+	"net/netip"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -33,6 +35,13 @@ func TestLoadConfig(t *testing.T) {
 		{"redis url not a url", map[string]string{"REDIS_URL": "127.0.0.1:6379"}, config{}, true},
 		{"redis url wrong scheme", map[string]string{"REDIS_URL": "http://127.0.0.1:6379"}, config{}, true},
 		{"redis url bad db", map[string]string{"REDIS_URL": "redis://127.0.0.1:6379/x"}, config{}, true},
+		{"trusted proxies", map[string]string{"TRUSTED_PROXIES": "127.0.0.1/32, ::1"}, func() config {
+			c := defaultConfig()
+			c.trustedProxies = trustedProxies{netip.MustParsePrefix("127.0.0.1/32"), netip.MustParsePrefix("::1/128")}
+			return c
+		}(), false},
+		{"trusted proxies a name", map[string]string{"TRUSTED_PROXIES": "nginx"}, config{}, true},
+		{"trusted proxies bad prefix", map[string]string{"TRUSTED_PROXIES": "10.0.0.0/40"}, config{}, true},
 		{"negative open", map[string]string{"DB_MAX_OPEN_CONNS": "-1"}, config{}, true},
 		{"words", map[string]string{"DB_MAX_IDLE_CONNS": "ten"}, config{}, true},
 		{"duration without unit", map[string]string{"DB_CONN_MAX_IDLE_TIME": "30"}, config{}, true},
@@ -53,7 +62,7 @@ func TestLoadConfig(t *testing.T) {
 			if err != nil {
 				t.Fatalf("loadConfig: %v", err)
 			}
-			if got != tt.want {
+			if !reflect.DeepEqual(got, tt.want) {
 				t.Errorf("loadConfig = %+v, want %+v", got, tt.want)
 			}
 		})

@@ -265,11 +265,11 @@ func writeError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err er
 	status, msg := errorStatus(err)
 	switch {
 	case status == http.StatusInternalServerError:
-		log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+		log.Error("request failed", "method", r.Method, "path", r.URL.Path, "client", clientIPFrom(r.Context()), "err", err)
 	case errors.Is(err, ErrBodyTimeout), errors.Is(err, ErrBodyRead):
 		// The client's fault, or the network's, but its detail (which
 		// addresses, which deadline) is only in err, and only here.
-		log.Warn("read request body", "method", r.Method, "path", r.URL.Path, "err", err)
+		log.Warn("read request body", "method", r.Method, "path", r.URL.Path, "client", clientIPFrom(r.Context()), "err", err)
 	}
 	if status == http.StatusRequestTimeout {
 		// The rest of the body may still be on its way; the connection

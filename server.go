@@ -1,16 +1,26 @@
 package main
 
 import (
+	"context"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"time"
 )
 
-func newServer(store Store, cfg config, log *slog.Logger) *http.Server {
+// newHandler is everything a request meets: the middleware, outermost
+// first, then the routes.
+func newHandler(store Store, cfg config, log *slog.Logger) http.Handler {
 	mux := http.NewServeMux()
 	addRoutes(mux, store, cfg, log)
+	var h http.Handler = jsonErrors(mux, log)
+	h = withClientIP(cfg.trustedProxies, h)
+	return h
+}
+
+func newServer(store Store, cfg config, log *slog.Logger) *http.Server {
 	return &http.Server{
-		Handler: jsonErrors(mux, log),
+		Handler: newHandler(store, cfg, log),
 		// Without these a client that opens a connection and sends
 		// nothing, or reads its answer a byte a minute, holds a
 		// connection forever.
@@ -70,4 +80,22 @@ func (m *muxErrorWriter) Write(p []byte) (int, error) {
 		return len(p), nil
 	}
 	return m.ResponseWriter.Write(p)
+}
+
+type clientIPKey struct{}
+
+// withClientIP works out who sent each request (see clientIP) once, and
+// keeps it in the request's context for the handlers and the log.
+func withClientIP(tp trustedProxies, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx := context.WithValue(r.Context(), clientIPKey{}, tp.clientIP(r))
+		next.ServeHTTP(w, r.WithContext(ctx))
+	})
+}
+
+// clientIPFrom is the client's address that withClientIP found, or the
+// zero Addr (printed "invalid IP") outside it.
+func clientIPFrom(ctx context.Context) netip.Addr {
+	a, _ := ctx.Value(clientIPKey{}).(netip.Addr) // absent: the zero Addr, which is what we return
+	return a
 }

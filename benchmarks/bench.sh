@@ -12,7 +12,8 @@
 #   -c CONC       concurrency, hey -c (default 50)
 #   -w WARMUP     warm-up run before measuring, discarded (default 3s; 0 = none)
 #   -k CODE       redirect: the code to hit (default: create a link first)
-#   -p PID        the server's process id, to record its CPU use (Linux)
+#   -p PID        the server's process id, to record its CPU use (Linux);
+#                 several instances: -p PID,PID,... (their CPU is summed)
 #   -o FILE       where to write (default: stdout)
 #   -l LABEL      a free-text label for the header (what is being compared)
 #
@@ -23,7 +24,7 @@
 set -eu
 
 runs=5 dur=10s conc=50 warm=3s code='' pid='' out='' label=''
-usage() { sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 while getopts n:d:c:w:k:p:o:l:h opt; do
 	case $opt in
 	n) runs=$OPTARG ;; d) dur=$OPTARG ;; c) conc=$OPTARG ;; w) warm=$OPTARG ;;
@@ -95,8 +96,11 @@ command -v nginx >/dev/null 2>&1 && nginxv=$(nginx -v 2>&1 | sed 's/.*nginx\///'
 
 # --- CPU accounting (Linux): clock ticks used so far ---
 hz=$(getconf CLK_TCK 2>/dev/null || echo 100)
-ticks_pid() { # utime+stime of one process
-	[ -n "$pid" ] && [ -r "/proc/$pid/stat" ] && awk '{print $14 + $15}' "/proc/$pid/stat" || echo 0
+ticks_pid() { # utime+stime of the server: one process, or several (-p 1,2,3) summed
+	[ -n "$pid" ] || { echo 0; return; }
+	for p in $(echo "$pid" | tr ',' ' '); do
+		[ -r "/proc/$p/stat" ] && cat "/proc/$p/stat"
+	done 2>/dev/null | awk '{s += $14 + $15} END {print s + 0}'
 }
 ticks_name() { # utime+stime, plus children reaped (postmaster reaps backends), of processes named $1
 	# cat, not awk on the files: a process can exit between the glob and the

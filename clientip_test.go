@@ -1,0 +1,118 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+)
+
+func TestClientIP(t *testing.T) {
+	tp, err := parseTrustedProxies("127.0.0.1/32, 10.0.0.0/8, ::1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name, peer string
+		xff        []string
+		want       string
+	}{
+		{"direct, no header", "203.0.113.7:5000", nil, "203.0.113.7"},
+		{"direct, forged header ignored", "203.0.113.7:5000", []string{"1.2.3.4"}, "203.0.113.7"},
+		{"through nginx", "127.0.0.1:40000", []string{"203.0.113.7"}, "203.0.113.7"},
+		{"through nginx, client forged a hop", "127.0.0.1:40000", []string{"1.2.3.4, 203.0.113.7"}, "203.0.113.7"},
+		{"two trusted proxies", "127.0.0.1:40000", []string{"198.51.100.9, 10.1.2.3"}, "198.51.100.9"},
+		{"headers split over lines", "127.0.0.1:40000", []string{"198.51.100.9", "10.1.2.3"}, "198.51.100.9"},
+		{"garbage in the client's part", "127.0.0.1:40000", []string{"not-an-ip, 203.0.113.7"}, "203.0.113.7"},
+		{"garbage as the last hop", "127.0.0.1:40000", []string{"203.0.113.7, <script>"}, "127.0.0.1"},
+		{"trusted peer, no header", "127.0.0.1:40000", nil, "127.0.0.1"},
+		{"only trusted hops", "127.0.0.1:40000", []string{"10.0.0.1"}, "10.0.0.1"},
+		{"ipv6 peer trusted", "[::1]:40000", []string{"2001:db8::1"}, "2001:db8::1"},
+		{"ipv4-mapped hop", "127.0.0.1:40000", []string{"::ffff:203.0.113.7"}, "203.0.113.7"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := httptest.NewRequest("GET", "/x", nil)
+			r.RemoteAddr = tt.peer
+			for _, h := range tt.xff {
+				r.Header.Add("X-Forwarded-For", h)
+			}
+			if got := tp.clientIP(r).String(); got != tt.want {
+				t.Errorf("clientIP = %s, want %s", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestClientIPTrustsNobodyByDefault(t *testing.T) {
+	var tp trustedProxies
+	r := httptest.NewRequest("GET", "/x", nil)
+	r.RemoteAddr = "127.0.0.1:40000"
+	r.Header.Set("X-Forwarded-For", "203.0.113.7")
+	if got := tp.clientIP(r).String(); got != "127.0.0.1" {
+		t.Errorf("clientIP with no trusted proxies = %s, want the peer 127.0.0.1", got)
+	}
+}
+
+func TestParseTrustedProxies(t *testing.T) {
+	for _, bad := range []string{"localhost", "10.0.0.0/33", "1.2.3", "127.0.0.1:80"} {
+		if _, err := parseTrustedProxies(bad); err == nil {
+			t.Errorf("parseTrustedProxies(%q) = nil error, want one", bad)
+		}
+	}
+	tp, err := parseTrustedProxies("10.1.2.3/8")
+	if err != nil || len(tp) != 1 || tp[0].String() != "10.0.0.0/8" {
+		t.Errorf("parseTrustedProxies(10.1.2.3/8) = %v, %v; want [10.0.0.0/8]", tp, err)
+	}
+}
+
+// brokenStore fails every call, so that a request reaches the error log.
+type brokenStore struct{}
+
+func (brokenStore) Save(context.Context, string, string) error {
+	return errors.New("store: save: disk on fire")
+}
+
+func (brokenStore) Lookup(context.Context, string) (string, error) {
+	return "", errors.New("store: lookup: disk on fire")
+}
+
+// TestErrorLogNamesTheClient: the log line of a failed request names the
+// client that nginx saw when the peer is a trusted proxy, and the peer when
+// it is not, whatever X-Forwarded-For says.
+func TestErrorLogNamesTheClient(t *testing.T) {
+	tests := []struct {
+		name, trusted, peer, want string
+	}{
+		{"behind a trusted proxy", "127.0.0.1/32", "127.0.0.1:40000", "client=203.0.113.7"},
+		{"no proxy trusted", "", "127.0.0.1:40000", "client=127.0.0.1"},
+		{"peer not trusted", "10.0.0.0/8", "198.51.100.4:40000", "client=198.51.100.4"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg, err := loadConfig(func(k string) string { return map[string]string{"TRUSTED_PROXIES": tt.trusted}[k] })
+			if err != nil {
+				t.Fatal(err)
+			}
+			logs := &syncBuffer{}
+			h := newHandler(brokenStore{}, cfg, slog.New(slog.NewTextHandler(logs, nil)))
+			r := httptest.NewRequest("GET", "/abcDEF1", nil)
+			r.RemoteAddr = tt.peer
+			r.Header.Set("X-Forwarded-For", "203.0.113.7")
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, r)
+			if rec.Code != http.StatusInternalServerError {
+				t.Fatalf("status = %d, want 500", rec.Code)
+			}
+			if strings.Contains(rec.Body.String(), "fire") {
+				t.Errorf("body %q carries the internal error", rec.Body.String())
+			}
+			if !strings.Contains(logs.String(), tt.want) {
+				t.Errorf("log does not say %s:\n%s", tt.want, logs)
+			}
+		})
+	}
+}
