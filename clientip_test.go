@@ -80,6 +80,14 @@ func (brokenStore) Lookup(context.Context, string) (string, error) {
 	return "", errors.New("store: lookup: disk on fire")
 }
 
+func (brokenStore) Link(context.Context, string) (Link, error) {
+	return Link{}, errors.New("store: link: disk on fire")
+}
+
+func (brokenStore) AddClicks(context.Context, []string) error {
+	return errors.New("store: add clicks: disk on fire")
+}
+
 // TestErrorLogNamesTheClient: the log line of a failed request names the
 // client that nginx saw when the peer is a trusted proxy, and the peer when
 // it is not, whatever X-Forwarded-For says.
@@ -98,7 +106,7 @@ func TestErrorLogNamesTheClient(t *testing.T) {
 				t.Fatal(err)
 			}
 			logs := &syncBuffer{}
-			h := newHandler(brokenStore{}, cfg, slog.New(slog.NewTextHandler(logs, nil)))
+			h := newHandler(brokenStore{}, noClicks{}, cfg, slog.New(slog.NewTextHandler(logs, nil)))
 			r := httptest.NewRequest("GET", "/abcDEF1", nil)
 			r.RemoteAddr = tt.peer
 			r.Header.Set("X-Forwarded-For", "203.0.113.7")

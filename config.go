@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -67,6 +68,8 @@ type config struct {
 	// header names the client. Empty: nobody's.
 	trustedProxies trustedProxies
 
+	clicks clickConfig // CLICKS, CLICK_STORAGE, CLICK_QUEUE_SIZE, CLICK_BATCH, CLICK_FLUSH
+
 	// redis is REDIS_URL, parsed; nil means no cache.
 	redis    *redis.Options
 	cacheTTL time.Duration // CACHE_TTL
@@ -84,8 +87,33 @@ func defaultConfig() config {
 			prepare:     defaultPrepare,
 		},
 		cacheTTL: defaultCacheTTL,
+		clicks: clickConfig{
+			mode:    "queue",
+			storage: "counts",
+			queue:   defaultClickQueue,
+			batch:   defaultClickBatch,
+			every:   defaultClickFlush,
+		},
 	}
 }
+
+// clickConfig says how clicks are counted (see clicks.go).
+type clickConfig struct {
+	mode    string        // CLICKS: "queue", "sync" (written during the request) or "off"
+	storage string        // CLICK_STORAGE: "counts" (summed per code) or "rows" (one per click)
+	queue   int           // CLICK_QUEUE_SIZE: clicks the queue holds before it drops
+	batch   int           // CLICK_BATCH: clicks written in one statement at most
+	every   time.Duration // CLICK_FLUSH: how long a click waits in a batch at most
+}
+
+// The click queue's defaults. A batch is written when it holds
+// defaultClickBatch clicks or defaultClickFlush has passed; the queue holds
+// ten batches, so that a slow write does not drop clicks at once.
+const (
+	defaultClickQueue = 10000
+	defaultClickBatch = 1000
+	defaultClickFlush = time.Second
+)
 
 // loadConfig reads the environment in one pass and reports every bad
 // variable at once, so that a wrong deployment is fixed in one go.
@@ -99,16 +127,9 @@ func loadConfig(getenv func(string) string) (config, error) {
 	cfg.pool.maxIdleTime = env.duration("DB_CONN_MAX_IDLE_TIME", cfg.pool.maxIdleTime)
 	cfg.pool.maxLifetime = env.duration("DB_CONN_MAX_LIFETIME", cfg.pool.maxLifetime)
 	cfg.pool.prepare = env.bool("DB_PREPARE", cfg.pool.prepare)
-	if raw := getenv("CACHE_TTL"); raw != "" {
-		// Below a second a key would expire before it could be hit; past
-		// 30 days it would never leave on its own.
-		d, err := time.ParseDuration(raw)
-		if err != nil || d < minCacheTTL || d > maxCacheTTL {
-			env.fail("CACHE_TTL", raw, fmt.Sprintf("want a duration from %s to %s, like 1h (to turn the cache off, unset REDIS_URL)", minCacheTTL, maxCacheTTL))
-		} else {
-			cfg.cacheTTL = d
-		}
-	}
+	// Below a second a key would expire before it could be hit; past 30
+	// days it would never leave on its own.
+	cfg.cacheTTL = env.durationIn("CACHE_TTL", cfg.cacheTTL, minCacheTTL, maxCacheTTL)
 	if raw := getenv("REDIS_URL"); raw != "" {
 		opts, err := redis.ParseURL(raw)
 		if err != nil {
@@ -121,6 +142,14 @@ func loadConfig(getenv func(string) string) (config, error) {
 			cfg.redis = opts
 		}
 	}
+	cfg.clicks.mode = env.oneOf("CLICKS", cfg.clicks.mode, "queue", "sync", "off")
+	cfg.clicks.storage = env.oneOf("CLICK_STORAGE", cfg.clicks.storage, "counts", "rows")
+	if cfg.clicks.storage == "rows" && cfg.databaseURL == "" {
+		env.fail("CLICK_STORAGE", "rows", "rows are kept in Postgres: set DATABASE_URL, or use counts")
+	}
+	cfg.clicks.queue = env.intIn("CLICK_QUEUE_SIZE", cfg.clicks.queue, 1, 1_000_000)
+	cfg.clicks.batch = env.intIn("CLICK_BATCH", cfg.clicks.batch, 1, 100_000)
+	cfg.clicks.every = env.durationIn("CLICK_FLUSH", cfg.clicks.every, 10*time.Millisecond, time.Minute)
 	if raw := getenv("TRUSTED_PROXIES"); raw != "" {
 		tp, err := parseTrustedProxies(raw)
 		if err != nil {
@@ -209,4 +238,27 @@ func read[T any](e *envReader, name string, def T, want string, parse func(strin
 		return def
 	}
 	return v
+}
+
+// oneOf reads one of the words given; the first is not special.
+func (e *envReader) oneOf(name, def string, words ...string) string {
+	return read(e, name, def, "want one of "+strings.Join(words, ", "), func(raw string) (string, bool) {
+		return raw, slices.Contains(words, raw)
+	})
+}
+
+// intIn reads a whole number from lo to hi.
+func (e *envReader) intIn(name string, def, lo, hi int) int {
+	return read(e, name, def, fmt.Sprintf("want a whole number from %d to %d", lo, hi), func(raw string) (int, bool) {
+		n, err := strconv.Atoi(raw)
+		return n, err == nil && n >= lo && n <= hi
+	})
+}
+
+// durationIn reads a duration from lo to hi.
+func (e *envReader) durationIn(name string, def, lo, hi time.Duration) time.Duration {
+	return read(e, name, def, fmt.Sprintf("want a duration from %s to %s", lo, hi), func(raw string) (time.Duration, bool) {
+		d, err := time.ParseDuration(raw)
+		return d, err == nil && d >= lo && d <= hi
+	})
 }

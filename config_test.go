@@ -21,7 +21,7 @@ func TestLoadConfig(t *testing.T) {
 			"DB_MAX_OPEN_CONNS": "16", "DB_MAX_IDLE_CONNS": "4", "DB_CONN_MAX_IDLE_TIME": "90s", "DB_CONN_MAX_LIFETIME": "0", "DB_PREPARE": "false",
 		}, config{
 			addr: "127.0.0.1:9000", baseURL: "https://Sho.RT", baseHost: "sho.rt", databaseURL: "postgres://x",
-			pool: poolConfig{16, 4, 90 * time.Second, 0, false}, cacheTTL: defaultCacheTTL,
+			pool: poolConfig{16, 4, 90 * time.Second, 0, false}, cacheTTL: defaultCacheTTL, clicks: defaultConfig().clicks,
 		}, false},
 		{"cache ttl", map[string]string{"CACHE_TTL": "90s"}, func() config { c := defaultConfig(); c.cacheTTL = 90 * time.Second; return c }(), false},
 		{"cache ttl zero", map[string]string{"CACHE_TTL": "0"}, config{}, true},
@@ -40,6 +40,21 @@ func TestLoadConfig(t *testing.T) {
 			c.trustedProxies = trustedProxies{netip.MustParsePrefix("127.0.0.1/32"), netip.MustParsePrefix("::1/128")}
 			return c
 		}(), false},
+		{"clicks sync rows", map[string]string{"CLICKS": "sync", "CLICK_STORAGE": "rows", "DATABASE_URL": "postgres://x",
+			"CLICK_QUEUE_SIZE": "5", "CLICK_BATCH": "2", "CLICK_FLUSH": "250ms"}, func() config {
+			c := defaultConfig()
+			c.databaseURL = "postgres://x"
+			c.clicks = clickConfig{mode: "sync", storage: "rows", queue: 5, batch: 2, every: 250 * time.Millisecond}
+			return c
+		}(), false},
+		{"clicks maybe", map[string]string{"CLICKS": "maybe"}, config{}, true},
+		{"clicks upper case", map[string]string{"CLICKS": "QUEUE"}, config{}, true},
+		{"click rows in memory", map[string]string{"CLICK_STORAGE": "rows"}, config{}, true},
+		{"click queue zero", map[string]string{"CLICK_QUEUE_SIZE": "0"}, config{}, true},
+		{"click queue huge", map[string]string{"CLICK_QUEUE_SIZE": "99999999"}, config{}, true},
+		{"click batch words", map[string]string{"CLICK_BATCH": "many"}, config{}, true},
+		{"click flush zero", map[string]string{"CLICK_FLUSH": "0"}, config{}, true},
+		{"click flush an hour", map[string]string{"CLICK_FLUSH": "1h"}, config{}, true},
 		{"trusted proxies a name", map[string]string{"TRUSTED_PROXIES": "nginx"}, config{}, true},
 		{"trusted proxies bad prefix", map[string]string{"TRUSTED_PROXIES": "10.0.0.0/40"}, config{}, true},
 		{"negative open", map[string]string{"DB_MAX_OPEN_CONNS": "-1"}, config{}, true},

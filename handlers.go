@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"time"
 )
 
 // maxBodyBytes bounds a POST /shorten body: a 2,048-byte URL, JSON-escaped,
@@ -25,6 +26,10 @@ const maxCodeAttempts = 5
 type Store interface {
 	Save(ctx context.Context, code, url string) error
 	Lookup(ctx context.Context, code string) (string, error)
+	// Link returns a link with its creation time and clicks, or ErrNotFound.
+	Link(ctx context.Context, code string) (Link, error)
+	// AddClicks adds one click for each entry of codes (a code may repeat).
+	AddClicks(ctx context.Context, codes []string) error
 }
 
 var (
@@ -103,7 +108,9 @@ func saveWithNewCode(ctx context.Context, store Store, target string) (string, e
 	return "", fmt.Errorf("save: no free code after %d attempts", maxCodeAttempts)
 }
 
-func handleRedirect(store Store, log *slog.Logger) http.Handler {
+// handleRedirect answers a code with a 302 to its URL, and counts a click
+// for a GET (a HEAD asks about the link without following it).
+func handleRedirect(store Store, clicks clickRecorder, log *slog.Logger) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		code := r.PathValue("code")
 		if !validCode(code) {
@@ -115,8 +122,36 @@ func handleRedirect(store Store, log *slog.Logger) http.Handler {
 			writeError(w, r, log, err)
 			return
 		}
+		if r.Method == http.MethodGet {
+			clicks.Click(r.Context(), code)
+		}
 		w.Header().Set("Location", target)
 		w.WriteHeader(http.StatusFound)
+	})
+}
+
+// handleLinkInfo answers GET /api/links/{code} with the link and its clicks.
+// Clicks that are still in the queue are not counted yet (at most
+// CLICK_FLUSH behind).
+func handleLinkInfo(store Store, log *slog.Logger) http.Handler {
+	type response struct {
+		Code      string    `json:"code"`
+		URL       string    `json:"url"`
+		CreatedAt time.Time `json:"created_at"`
+		Clicks    int64     `json:"clicks"`
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		code := r.PathValue("code")
+		if !validCode(code) {
+			writeError(w, r, log, ErrNotFound)
+			return
+		}
+		l, err := store.Link(r.Context(), code)
+		if err != nil {
+			writeError(w, r, log, err)
+			return
+		}
+		writeJSON(w, r, log, http.StatusOK, response{Code: l.Code, URL: l.URL, CreatedAt: l.CreatedAt, Clicks: l.Clicks})
 	})
 }
 

@@ -50,7 +50,7 @@ func TestShortenRefusesBadInput(t *testing.T) {
 }
 
 func testShortenRefusesBadInput(t *testing.T, store Store) {
-	h := newServer(store, config{baseURL: "https://sho.rt", baseHost: "sho.rt"}, discardLog).Handler
+	h := newServer(store, noClicks{}, config{baseURL: "https://sho.rt", baseHost: "sho.rt"}, discardLog).Handler
 	tests := []struct {
 		name, body string
 		status     int
@@ -119,7 +119,7 @@ func testShortenAndRedirect(t *testing.T, store Store) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			h := newServer(store, tt.cfg, discardLog).Handler
+			h := newServer(store, noClicks{}, tt.cfg, discardLog).Handler
 			rec := do(t, h, "POST", "http://example.com/shorten", fmt.Sprintf(`{"url":%q}`, tt.url))
 			if rec.Code != http.StatusCreated {
 				t.Fatalf("POST /shorten status = %d, want 201 (body %q)", rec.Code, rec.Body)
@@ -159,7 +159,7 @@ func TestRouting(t *testing.T) {
 }
 
 func testRouting(t *testing.T, store Store) {
-	h := newServer(store, config{}, discardLog).Handler
+	h := newServer(store, noClicks{}, config{}, discardLog).Handler
 	tests := []struct {
 		method, path string
 		status       int
@@ -229,7 +229,7 @@ func TestShortenRefusesOwnHostInAnySpelling(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			h := newServer(newMemoryStore(), tt.cfg, discardLog).Handler
+			h := newServer(newMemoryStore(), noClicks{}, tt.cfg, discardLog).Handler
 			rec := do(t, h, "POST", tt.reqURL, fmt.Sprintf(`{"url":%q}`, tt.url))
 			if rec.Code != tt.wantCode {
 				t.Fatalf("status = %d, want %d (body %q)", rec.Code, tt.wantCode, rec.Body)
@@ -261,7 +261,7 @@ func TestShortenBodyReadErrors(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			logs := &syncBuffer{}
-			srv := newServer(newMemoryStore(), config{}, slog.New(slog.NewTextHandler(logs, nil)))
+			srv := newServer(newMemoryStore(), noClicks{}, config{}, slog.New(slog.NewTextHandler(logs, nil)))
 			srv.ReadTimeout = 300 * time.Millisecond
 			ln, err := net.Listen("tcp", "127.0.0.1:0")
 			if err != nil {
@@ -368,7 +368,7 @@ func TestConcurrentShortenAndRedirect(t *testing.T) {
 }
 
 func testConcurrentShortenAndRedirect(t *testing.T, store Store) {
-	h := newServer(store, config{}, discardLog).Handler
+	h := newServer(store, noClicks{}, config{}, discardLog).Handler
 	const workers, each = 8, 50
 	var wg sync.WaitGroup
 	errs := make(chan error, workers*each)

@@ -22,6 +22,11 @@ import (
 // SIGINT or SIGTERM arrives.
 const shutdownTimeout = 10 * time.Second
 
+// drainTimeout bounds writing the queued clicks after the server has
+// stopped. With shutdownTimeout, a stop takes 15 s at the very worst: give
+// the process that long before a SIGKILL (Docker's default is 10 s).
+const drainTimeout = 5 * time.Second
+
 func main() {
 	ctx := context.Background()
 	if err := run(ctx, os.Args, os.Getenv, os.Stdout, os.Stderr); err != nil {
@@ -43,7 +48,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 
 	// Open in order, close in reverse: each defer sits right after its
-	// open, so the server stops first (below), then Redis, then Postgres.
+	// open, so the server stops first (below), then the click queue drains,
+	// then Redis closes, then Postgres.
 	store, closeStore, err := openStore(ctx, cfg, log)
 	if err != nil {
 		return err
@@ -53,6 +59,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			log.Error("close store", "err", err)
 		}
 	}()
+	base := store // the store itself, before any cache
 	if cfg.redis != nil {
 		rdb := openRedis(ctx, cfg.redis, log)
 		defer func() {
@@ -63,6 +70,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		store = newCachedStore(store, rdb, cfg.cacheTTL, log)
 		log.Info("cache enabled", "redis", cfg.redis.Addr, "ttl", cfg.cacheTTL)
 	}
+	clicks, drainClicks := openClicks(cfg.clicks, base, log)
+	defer func() {
+		// run's ctx is cancelled by now; the drain needs a fresh deadline.
+		dctx, cancel := context.WithTimeout(context.Background(), drainTimeout)
+		defer cancel()
+		if err := drainClicks(dctx); err != nil {
+			log.Error("drain click queue", "err", err)
+		}
+	}()
 
 	// Listen before serving: a port that is taken fails here, at once, and
 	// ADDR=127.0.0.1:0 lets the kernel pick a free port (the tests use that).
@@ -70,7 +86,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.addr, err)
 	}
-	srv := newServer(store, cfg, log)
+	srv := newServer(store, clicks, cfg, log)
 
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()

@@ -9,12 +9,13 @@ import (
 // method ("POST /shorten") and a wildcard ("{code}", read with
 // r.PathValue); "GET" patterns answer HEAD too. The most specific pattern
 // wins, so /healthz is never taken for a code.
-func addRoutes(mux *http.ServeMux, store Store, cfg config, log *slog.Logger) {
+func addRoutes(mux *http.ServeMux, store Store, clicks clickRecorder, cfg config, log *slog.Logger) {
 	mux.Handle("POST /shorten", handleShorten(store, cfg, log))
 	// Without this, GET /{code} would take GET /shorten for a code.
 	mux.Handle("GET /shorten", handleMethodNotAllowed(allowOverrides["/shorten"], log))
 	mux.Handle("GET /healthz", handleHealthz())
-	mux.Handle("GET /{code}", handleRedirect(store, log))
+	mux.Handle("GET /{code}", handleRedirect(store, clicks, log))
+	mux.Handle("GET /api/links/{code}", handleLinkInfo(store, log))
 }
 
 // allowOverrides is the Allow header of a 405 for paths where ServeMux would

@@ -10,17 +10,17 @@ import (
 
 // newHandler is everything a request meets: the middleware, outermost
 // first, then the routes.
-func newHandler(store Store, cfg config, log *slog.Logger) http.Handler {
+func newHandler(store Store, clicks clickRecorder, cfg config, log *slog.Logger) http.Handler {
 	mux := http.NewServeMux()
-	addRoutes(mux, store, cfg, log)
+	addRoutes(mux, store, clicks, cfg, log)
 	var h http.Handler = jsonErrors(mux, log)
 	h = withClientIP(cfg.trustedProxies, h)
 	return h
 }
 
-func newServer(store Store, cfg config, log *slog.Logger) *http.Server {
+func newServer(store Store, clicks clickRecorder, cfg config, log *slog.Logger) *http.Server {
 	return &http.Server{
-		Handler: newHandler(store, cfg, log),
+		Handler: newHandler(store, clicks, cfg, log),
 		// Without these a client that opens a connection and sends
 		// nothing, or reads its answer a byte a minute, holds a
 		// connection forever.

@@ -6,11 +6,13 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	// The driver registers itself with database/sql under the name
-	// "postgres"; nothing else in this package names it.
-	_ "github.com/lib/pq"
+	// "postgres"; pq.Array passes a Go slice as a Postgres array.
+	"github.com/lib/pq"
 )
 
 // dbTimeout bounds every call to Postgres: a slow or stuck database costs a
@@ -27,6 +29,22 @@ var schemaSQL string
 const (
 	lookupSQL = `SELECT url FROM links WHERE code = $1`
 	insertSQL = `INSERT INTO links (code, url) VALUES ($1, $2) ON CONFLICT (code) DO NOTHING`
+)
+
+// Clicks, written by the click queue in batches (see clicks.go).
+const (
+	// addClicksSQL adds a batch of counts, summed per code by the app,
+	// in one statement: one row written per distinct code.
+	addClicksSQL = `INSERT INTO click_counts (code, clicks)
+SELECT * FROM unnest($1::text[], $2::bigint[])
+ON CONFLICT (code) DO UPDATE SET clicks = click_counts.clicks + EXCLUDED.clicks`
+	// addClickRowsSQL writes one row per click (CLICK_STORAGE=rows).
+	addClickRowsSQL = `INSERT INTO click_events (code) SELECT unnest($1::text[])`
+	// linkSQL reads a link and its clicks, however they were stored.
+	linkSQL = `SELECT l.url, l.created_at,
+       coalesce((SELECT c.clicks FROM click_counts c WHERE c.code = l.code), 0)
+       + (SELECT count(*) FROM click_events e WHERE e.code = l.code)
+FROM links l WHERE l.code = $1`
 )
 
 // pgStore keeps links in Postgres. database/sql's *sql.DB is not one
@@ -180,4 +198,47 @@ func (s *pgStore) Close() error {
 	}
 	errs = append(errs, s.db.Close())
 	return errors.Join(errs...)
+}
+
+// Link returns a link with its creation time and clicks, or ErrNotFound.
+func (s *pgStore) Link(ctx context.Context, code string) (Link, error) {
+	ctx, cancel := context.WithTimeout(ctx, dbTimeout)
+	defer cancel()
+	l := Link{Code: code}
+	err := s.db.QueryRowContext(ctx, linkSQL, code).Scan(&l.URL, &l.CreatedAt, &l.Clicks)
+	if errors.Is(err, sql.ErrNoRows) {
+		return Link{}, ErrNotFound
+	}
+	if err != nil {
+		return Link{}, fmt.Errorf("store: link %q: %w", code, deadline(ctx, err))
+	}
+	l.CreatedAt = l.CreatedAt.UTC()
+	return l, nil
+}
+
+// AddClicks sums codes per code and adds the sums in one statement. The
+// codes go in sorted, so that two instances adding to the same codes at once
+// lock their rows in the same order and cannot deadlock.
+func (s *pgStore) AddClicks(ctx context.Context, codes []string) error {
+	counts := make(map[string]int64, len(codes))
+	for _, c := range codes {
+		counts[c]++
+	}
+	keys := slices.Sorted(maps.Keys(counts))
+	sums := make([]int64, len(keys))
+	for i, k := range keys {
+		sums[i] = counts[k]
+	}
+	if _, err := s.db.ExecContext(ctx, addClicksSQL, pq.Array(keys), pq.Array(sums)); err != nil {
+		return fmt.Errorf("store: add clicks for %d codes: %w", len(keys), deadline(ctx, err))
+	}
+	return nil
+}
+
+// AddClickRows writes one row per click (CLICK_STORAGE=rows).
+func (s *pgStore) AddClickRows(ctx context.Context, codes []string) error {
+	if _, err := s.db.ExecContext(ctx, addClickRowsSQL, pq.Array(codes)); err != nil {
+		return fmt.Errorf("store: add %d click rows: %w", len(codes), deadline(ctx, err))
+	}
+	return nil
 }

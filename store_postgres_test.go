@@ -75,7 +75,7 @@ func TestOpenPostgresUnreachable(t *testing.T) {
 func TestPostgresErrorsDoNotLeak(t *testing.T) {
 	s := openTestStore(t)
 	logs := &syncBuffer{}
-	h := newServer(s, config{}, slog.New(slog.NewTextHandler(logs, nil))).Handler
+	h := newServer(s, noClicks{}, config{}, slog.New(slog.NewTextHandler(logs, nil))).Handler
 	if _, err := s.db.Exec(`DROP TABLE links`); err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +100,7 @@ func TestPostgresErrorsDoNotLeak(t *testing.T) {
 // the request must give up after dbTimeout with a 503, not hang.
 func TestSlowDatabaseIsBounded(t *testing.T) {
 	s := openTestStore(t)
-	h := newServer(s, config{}, discardLog).Handler
+	h := newServer(s, noClicks{}, config{}, discardLog).Handler
 	tx, err := s.db.Begin()
 	if err != nil {
 		t.Fatal(err)

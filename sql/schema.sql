@@ -15,3 +15,20 @@ CREATE TABLE IF NOT EXISTS links (
 -- (On a table that already holds a duplicate code, which step 02's
 -- check-then-insert could in theory produce, this fails and says which.)
 CREATE UNIQUE INDEX IF NOT EXISTS links_code_key ON links (code);
+
+-- Step 07: clicks. The app sums clicks per code in memory and adds each
+-- batch in one statement, one row per code (CLICK_STORAGE=counts, the
+-- default).
+CREATE TABLE IF NOT EXISTS click_counts (
+    code   text   PRIMARY KEY,
+    clicks bigint NOT NULL
+);
+
+-- Step 07, the alternative it was measured against (CLICK_STORAGE=rows):
+-- one row per click, which keeps when each click happened.
+CREATE TABLE IF NOT EXISTS click_events (
+    id   bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    code text        NOT NULL,
+    at   timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX IF NOT EXISTS click_events_code ON click_events (code);

@@ -1,0 +1,190 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// clickRecorder counts a click on a link. The redirect handler calls it
+// after a successful GET (a cache hit counts too: counting is not storage).
+// It must never make a redirect wait or fail.
+type clickRecorder interface {
+	Click(ctx context.Context, code string)
+}
+
+// noClicks is the recorder when CLICKS=off.
+type noClicks struct{}
+
+func (noClicks) Click(context.Context, string) {}
+
+// clickWriter writes a batch of clicks, one entry per click, in one go.
+// pgStore has two: counts summed per code, or one row per click.
+type clickWriter func(ctx context.Context, codes []string) error
+
+// syncClicks writes each click during its request (CLICKS=sync): the
+// simplest way, measured to show what the queue saves.
+type syncClicks struct {
+	write clickWriter
+	errs  *sampledLog
+}
+
+func (s syncClicks) Click(ctx context.Context, code string) {
+	ctx, cancel := context.WithTimeout(ctx, dbTimeout)
+	defer cancel()
+	if err := s.write(ctx, []string{code}); err != nil {
+		s.errs.warn("click not recorded", err)
+	}
+}
+
+// clickQueue takes clicks off the request path (CLICKS=queue). Click puts
+// the code in a bounded channel and returns at once; when the channel is
+// full the click is dropped and counted, never waited for. One worker
+// takes clicks out in batches, by size or by time, and writes each batch
+// in one statement. Close drains the channel and writes what is left.
+type clickQueue struct {
+	ch       chan string
+	write    clickWriter
+	maxBatch int
+	every    time.Duration
+	log      *slog.Logger
+	errs     *sampledLog
+
+	dropped atomic.Int64 // clicks refused because the queue was full
+	written atomic.Int64 // clicks written
+	lost    atomic.Int64 // clicks whose batch failed to write
+	late    atomic.Int64 // clicks that came after Close began, never written
+	stopped atomic.Bool  // set by Close: no more clicks are taken
+
+	stopOnce sync.Once
+	stop     chan struct{} // closed by Close
+	done     chan struct{} // closed by run when it has written everything
+
+}
+
+func newClickQueue(write clickWriter, size, maxBatch int, every time.Duration, log *slog.Logger) *clickQueue {
+	q := &clickQueue{
+		ch:       make(chan string, size),
+		write:    write,
+		maxBatch: maxBatch,
+		every:    every,
+		log:      log,
+		errs:     &sampledLog{log: log, every: 10 * time.Second},
+		stop:     make(chan struct{}),
+		done:     make(chan struct{}),
+	}
+	go q.run()
+	return q
+}
+
+// Click queues one click, or drops it if the queue is full.
+func (q *clickQueue) Click(_ context.Context, code string) {
+	if q.stopped.Load() {
+		// Only if the HTTP server's shutdown timed out with handlers
+		// still running: the drain may be over, so count, do not queue.
+		q.late.Add(1)
+		return
+	}
+	select {
+	case q.ch <- code:
+	default:
+		q.dropped.Add(1)
+	}
+}
+
+func (q *clickQueue) run() {
+	defer close(q.done)
+	batch := make([]string, 0, q.maxBatch)
+	add := func(code string) {
+		batch = append(batch, code)
+		if len(batch) >= q.maxBatch {
+			batch = q.flush(batch)
+		}
+	}
+	tick := time.NewTicker(q.every)
+	defer tick.Stop()
+	for {
+		select {
+		case code := <-q.ch:
+			add(code)
+		case <-tick.C:
+			batch = q.flush(batch)
+		case <-q.stop:
+			// Write everything queued so far. The channel is never
+			// closed, so a Click that comes late cannot panic.
+			for {
+				select {
+				case code := <-q.ch:
+					add(code)
+				default:
+					q.flush(batch)
+					return
+				}
+			}
+		}
+	}
+}
+
+// flush writes batch with a deadline of its own (the request that made
+// each click is long gone) and returns it emptied for reuse.
+func (q *clickQueue) flush(batch []string) []string {
+	if len(batch) == 0 {
+		return batch
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), dbTimeout)
+	defer cancel()
+	if err := q.write(ctx, batch); err != nil {
+		q.lost.Add(int64(len(batch)))
+		q.errs.warn("clicks not recorded", err)
+	} else {
+		q.written.Add(int64(len(batch)))
+	}
+	return batch[:0]
+}
+
+// Close stops taking clicks, writes every queued one, and waits for that,
+// up to ctx's deadline. Call it after the HTTP server has stopped, so that
+// no Click comes after it. It logs what became of every click it was given.
+func (q *clickQueue) Close(ctx context.Context) error {
+	q.stopOnce.Do(func() {
+		q.stopped.Store(true)
+		close(q.stop)
+	})
+	var err error
+	select {
+	case <-q.done:
+		// A Click that saw stopped false just before Close, and sent after
+		// the drain's last read, is still in the channel: count it.
+		q.late.Add(int64(len(q.ch)))
+	case <-ctx.Done():
+		err = fmt.Errorf("click queue: drain: %w", ctx.Err())
+	}
+	q.log.Info("click queue closed", "drained", err == nil, "written", q.written.Load(),
+		"dropped_queue_full", q.dropped.Load(), "lost_write_failed", q.lost.Load(),
+		"late_not_written", q.late.Load())
+	return err
+}
+
+// openClicks makes the recorder that cfg asks for, writing to store, and
+// returns it with the function that drains it at shutdown.
+func openClicks(cfg clickConfig, store Store, log *slog.Logger) (clickRecorder, func(context.Context) error) {
+	write := clickWriter(store.AddClicks)
+	if pg, ok := store.(*pgStore); ok && cfg.storage == "rows" {
+		write = pg.AddClickRows
+	}
+	log.Info("clicks", "mode", cfg.mode, "storage", cfg.storage,
+		"queue_size", cfg.queue, "batch", cfg.batch, "flush", cfg.every)
+	switch cfg.mode {
+	case "off":
+		return noClicks{}, func(context.Context) error { return nil }
+	case "sync":
+		return syncClicks{write: write, errs: &sampledLog{log: log, every: 10 * time.Second}},
+			func(context.Context) error { return nil }
+	default:
+		q := newClickQueue(write, cfg.queue, cfg.batch, cfg.every, log)
+		return q, q.Close
+	}
+}
