@@ -5,12 +5,12 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -64,7 +64,12 @@ func testRedis(t *testing.T) (*redis.Options, string) {
 // returns the cache and a second client for the test to look into Redis.
 func newTestCache(t *testing.T, store Store, opts *redis.Options, prefix string, log *slog.Logger) (*cachedStore, *redis.Client) {
 	t.Helper()
-	rdb := openRedis(context.Background(), opts, log)
+	return newTestCacheTimeout(t, store, opts, prefix, defaultRedisTimeout, log)
+}
+
+func newTestCacheTimeout(t *testing.T, store Store, opts *redis.Options, prefix string, timeout time.Duration, log *slog.Logger) (*cachedStore, *redis.Client) {
+	t.Helper()
+	rdb := openRedis(context.Background(), opts, timeout, log)
 	t.Cleanup(func() {
 		if err := rdb.Close(); err != nil {
 			t.Errorf("close redis: %v", err)
@@ -215,11 +220,16 @@ func TestCacheRedisGoneMidRun(t *testing.T) {
 // tcpProxy forwards TCP connections to a real server until cut, which
 // closes the listener and every connection: the server is "gone" as far as
 // the client can tell, while the real one goes on serving other tests.
+// stall makes it a server that is there and does not answer: connections
+// are accepted and bytes taken, and nothing comes back, as from a process
+// frozen with SIGSTOP.
 type tcpProxy struct {
-	ln     net.Listener
-	target string
-	mu     sync.Mutex
-	conns  []net.Conn
+	ln      net.Listener
+	target  string
+	stalled atomic.Bool
+	closed  atomic.Bool
+	mu      sync.Mutex
+	conns   []net.Conn
 }
 
 func startProxy(t *testing.T, target string) *tcpProxy {
@@ -242,28 +252,52 @@ func (p *tcpProxy) serve() {
 		if err != nil {
 			return // cut
 		}
+		p.mu.Lock()
+		p.conns = append(p.conns, in)
+		p.mu.Unlock()
+		if p.stalled.Load() {
+			continue // held open, never answered
+		}
 		out, err := net.Dial("tcp", p.target)
 		if err != nil {
 			in.Close() //nolint:errcheck // the client sees the closed connection, which is the point
 			continue
 		}
 		p.mu.Lock()
-		p.conns = append(p.conns, in, out)
+		p.conns = append(p.conns, out)
 		p.mu.Unlock()
-		go copyAndClose(in, out)
-		go copyAndClose(out, in)
+		go p.pump(in, out)
+		go p.pump(out, in)
 	}
 }
 
-// copyAndClose copies until either side fails, then closes both; an error
-// here is a connection ending, which is what the proxy exists to do.
-func copyAndClose(dst, src net.Conn) {
-	io.Copy(dst, src) //nolint:errcheck // see above
-	dst.Close()       //nolint:errcheck // see above
-	src.Close()       //nolint:errcheck // see above
+// pump copies src to dst until either side fails, then closes both; while
+// the proxy is stalled it holds what it read. An error here is a
+// connection ending, which is what the proxy exists to do.
+func (p *tcpProxy) pump(dst, src net.Conn) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		for p.stalled.Load() && !p.closed.Load() {
+			time.Sleep(5 * time.Millisecond)
+		}
+		if n > 0 && !p.closed.Load() {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				err = werr
+			}
+		}
+		if err != nil || p.closed.Load() {
+			dst.Close() //nolint:errcheck // see above
+			src.Close() //nolint:errcheck // see above
+			return
+		}
+	}
 }
 
+func (p *tcpProxy) stall() { p.stalled.Store(true) }
+
 func (p *tcpProxy) cut() {
+	p.closed.Store(true)
 	p.ln.Close() //nolint:errcheck // closing twice (cut, then cleanup) is expected
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -271,4 +305,176 @@ func (p *tcpProxy) cut() {
 		c.Close() //nolint:errcheck // as above
 	}
 	p.conns = nil
+}
+
+// TestCacheRedisStalled points the cache at a Redis that accepts
+// connections and never answers, as a SIGSTOPped one does: each lookup may
+// wait REDIS_TIMEOUT at most, and once the breaker opens, not at all.
+func TestCacheRedisStalled(t *testing.T) {
+	opts, prefix := testRedis(t)
+	hole := startBlackHole(t)
+	stalled := *opts
+	stalled.Addr = hole
+	logs := &syncBuffer{}
+	c, _ := newTestCacheTimeout(t, openTestStore(t), &stalled, prefix, 50*time.Millisecond, slog.New(slog.NewTextHandler(logs, nil)))
+	ctx := context.Background()
+	if err := c.Save(ctx, "stall01", "https://go.dev/stalled"); err != nil {
+		t.Fatal(err)
+	}
+	const n = 100
+	var slowest, total time.Duration
+	for i := range n {
+		start := time.Now()
+		got, err := c.Lookup(ctx, "stall01")
+		took := time.Since(start)
+		if err != nil || got != "https://go.dev/stalled" {
+			t.Fatalf("Lookup %d with Redis stalled = %q, %v; want the URL from Postgres", i, got, err)
+		}
+		slowest, total = max(slowest, took), total+took
+	}
+	// Without the breaker each lookup would wait its 50ms: 5 s in all.
+	if slowest > 200*time.Millisecond || total > time.Second {
+		t.Errorf("%d lookups with Redis stalled: slowest %v, all %v; want each under 200ms and all under 1s", n, slowest, total)
+	}
+	if !strings.Contains(logs.String(), "breaker open") {
+		t.Errorf("log does not say the breaker opened:\n%s", logs)
+	}
+}
+
+// startBlackHole listens on a port and accepts connections but never reads
+// or writes: a server that is there and does not answer.
+func startBlackHole(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var conns []net.Conn
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return // closed at cleanup
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close() //nolint:errcheck // the test is over; closing is all that is left
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close() //nolint:errcheck // as above
+		}
+	})
+	return ln.Addr().String()
+}
+
+// TestBreaker walks the breaker through its states with errors made up.
+func TestBreaker(t *testing.T) {
+	b := newBreaker(3, 50*time.Millisecond, discardLog)
+	fail := errors.New("i/o timeout")
+	allow := func() bool { ok, _ := b.allow(); return ok }
+	call := func(err error) {
+		t.Helper()
+		ok, at := b.allow()
+		if !ok {
+			t.Fatal("closed breaker refused a call")
+		}
+		b.done(at, err)
+	}
+	call(fail)
+	call(fail)
+	call(nil) // a success in between: the count starts again
+	call(fail)
+	call(fail)
+	if !allow() {
+		t.Fatal("breaker opened after two failures in a row, want three")
+	}
+	_, early := b.allow() // a call that began before the breaker opened
+	call(fail)
+	if allow() {
+		t.Fatal("breaker still closed after three failures in a row")
+	}
+	b.done(early, nil) // its success is old news
+	if allow() {
+		t.Fatal("a success of a call from before the breaker opened closed it")
+	}
+	time.Sleep(60 * time.Millisecond)
+	ok, probe := b.allow()
+	if !ok {
+		t.Fatal("after the cooldown, no call was let through to probe")
+	}
+	if allow() {
+		t.Fatal("after the cooldown, a second call was let through while the first probes")
+	}
+	b.done(probe, fail) // the probe failed: open again
+	if allow() {
+		t.Fatal("breaker closed after a failed probe")
+	}
+	time.Sleep(60 * time.Millisecond)
+	ok, probe = b.allow()
+	if !ok {
+		t.Fatal("no probe after the second cooldown")
+	}
+	b.done(probe, nil)
+	for i := range 3 {
+		if !allow() {
+			t.Fatalf("after a good probe, call %d refused; want the breaker closed", i)
+		}
+	}
+}
+
+// countingStore counts the lookups that reach it.
+type countingStore struct {
+	Store
+	lookups atomic.Int64
+}
+
+func (c *countingStore) Lookup(ctx context.Context, code string) (string, error) {
+	c.lookups.Add(1)
+	return c.Store.Lookup(ctx, code)
+}
+
+// TestLocalCache: a link looked up once is answered from memory after
+// that; unknown codes are not kept; the least recently used link is the
+// one that makes room.
+func TestLocalCache(t *testing.T) {
+	behind := &countingStore{Store: newMemoryStore()}
+	c, err := newLocalCache(behind, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, code := range []string{"aaaaaa1", "bbbbbb2", "cccccc3"} {
+		if err := c.Save(ctx, code, "https://go.dev/"+code); err != nil {
+			t.Fatal(err)
+		}
+	}
+	steps := []struct {
+		code     string
+		err      error
+		reaching int64 // lookups that reached the store so far
+	}{
+		{"aaaaaa1", nil, 1}, {"aaaaaa1", nil, 1}, // a miss, then a hit
+		{"nothere", ErrNotFound, 2}, {"nothere", ErrNotFound, 3}, // never kept
+		{"bbbbbb2", nil, 4}, {"aaaaaa1", nil, 4}, // a is now the most recent
+		{"cccccc3", nil, 5}, // full: b, the least recent, makes room
+		{"aaaaaa1", nil, 5}, {"bbbbbb2", nil, 6},
+	}
+	for i, s := range steps {
+		got, err := c.Lookup(ctx, s.code)
+		if !errors.Is(err, s.err) || (err == nil && got != "https://go.dev/"+s.code) {
+			t.Errorf("step %d: Lookup(%s) = %q, %v", i, s.code, got, err)
+		}
+		if n := behind.lookups.Load(); n != s.reaching {
+			t.Errorf("step %d: %d lookups reached the store, want %d", i, n, s.reaching)
+		}
+	}
+	if _, err := newLocalCache(behind, 0); err == nil {
+		t.Error("newLocalCache(0) did not fail")
+	}
 }

@@ -28,12 +28,13 @@ type clickWriter func(ctx context.Context, codes []string) error
 // syncClicks writes each click during its request (CLICKS=sync): the
 // simplest way, measured to show what the queue saves.
 type syncClicks struct {
-	write clickWriter
-	errs  *sampledLog
+	write   clickWriter
+	timeout time.Duration
+	errs    *sampledLog
 }
 
 func (s syncClicks) Click(ctx context.Context, code string) {
-	ctx, cancel := context.WithTimeout(ctx, dbTimeout)
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	if err := s.write(ctx, []string{code}); err != nil {
 		s.errs.warn("click not recorded", err)
@@ -134,7 +135,7 @@ func (q *clickQueue) flush(batch []string) []string {
 	if len(batch) == 0 {
 		return batch
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), dbTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), clickWriteTimeout)
 	defer cancel()
 	if err := q.write(ctx, batch); err != nil {
 		q.lost.Add(int64(len(batch)))
@@ -181,7 +182,11 @@ func openClicks(cfg clickConfig, store Store, log *slog.Logger) (clickRecorder, 
 	case "off":
 		return noClicks{}, func(context.Context) error { return nil }
 	case "sync":
-		return syncClicks{write: write, errs: &sampledLog{log: log, every: 10 * time.Second}},
+		timeout := cfg.syncTimeout
+		if timeout == 0 {
+			timeout = defaultDBTimeout
+		}
+		return syncClicks{write: write, timeout: timeout, errs: &sampledLog{log: log, every: 10 * time.Second}},
 			func(context.Context) error { return nil }
 	default:
 		q := newClickQueue(write, cfg.queue, cfg.batch, cfg.every, log)

@@ -234,7 +234,7 @@ func TestRunCountsEveryClick(t *testing.T) {
 
 func TestLinkInfoAPI(t *testing.T) {
 	forEachStore(t, func(t *testing.T, store Store) {
-		h := newHandler(store, noClicks{}, config{}, discardLog)
+		h := newHandler(store, noClicks{}, nil, config{}, discardLog)
 		if err := store.Save(context.Background(), "apiCod1", "https://example.org/x"); err != nil {
 			t.Fatal(err)
 		}
@@ -282,7 +282,7 @@ func (r *recordedClicks) Click(_ context.Context, code string) {
 func TestRedirectCountsGetNotHead(t *testing.T) {
 	forEachStore(t, func(t *testing.T, store Store) {
 		rec := &recordedClicks{}
-		h := newHandler(store, rec, config{}, discardLog)
+		h := newHandler(store, rec, nil, config{}, discardLog)
 		if err := store.Save(context.Background(), "clkCod1", "https://example.org/c"); err != nil {
 			t.Fatal(err)
 		}

@@ -71,9 +71,59 @@ type config struct {
 	clicks clickConfig // CLICKS, CLICK_STORAGE, CLICK_QUEUE_SIZE, CLICK_BATCH, CLICK_FLUSH
 
 	// redis is REDIS_URL, parsed; nil means no cache.
-	redis    *redis.Options
-	cacheTTL time.Duration // CACHE_TTL
+	redis        *redis.Options
+	redisTimeout time.Duration // REDIS_TIMEOUT: each Redis call's deadline
+	// redisPrefix is REDIS_KEY_PREFIX, put before every key the service
+	// writes, for a Redis shared with other programs (or other tests).
+	redisPrefix string
+	cacheTTL    time.Duration // CACHE_TTL
+	// localCache is LOCAL_CACHE_SIZE: links kept in the process's memory
+	// in front of Redis and Postgres; 0 = none.
+	localCache int
+
+	limits limitConfig // MAX_IN_FLIGHT, CREATE_RATE, CREATE_BURST
 }
+
+// limitConfig is how much the service takes on before it says no.
+type limitConfig struct {
+	maxInFlight int // MAX_IN_FLIGHT: requests served at once, past which 503; 0 = no limit
+	createRate  int // CREATE_RATE: creates per second per client; 0 = no limit
+	createBurst int // CREATE_BURST: creates a client may make at once after a pause
+}
+
+// The limits' defaults. MAX_IN_FLIGHT: this machine serves about 10,000
+// requests a second (docs/07), so 512 in flight is about 50 ms of work
+// queued; a request that would wait longer than that is better refused at
+// once. CREATE_RATE and CREATE_BURST: ten links a second, twenty at once,
+// is more than a person pasting links by hand can make, and than most
+// offices behind one address do; a script creating thousands is what it
+// stops.
+const (
+	defaultMaxInFlight = 512
+	defaultCreateRate  = 10
+	defaultCreateBurst = 20
+)
+
+// The deadlines of backend calls on a request's path. Redis is a cache (or
+// a shared counter with a fallback): if it does not answer within tens of
+// milliseconds, the request is better off without it. Postgres holds the
+// truth: half a second is a hundred times its usual answer here (docs/04),
+// and a create that cannot commit by then gets a 503 while the client is
+// still there to retry.
+const (
+	defaultRedisTimeout = 50 * time.Millisecond
+	defaultDBTimeout    = 500 * time.Millisecond
+)
+
+// defaultLocalCache is how many links each process keeps in memory: about
+// 2 MB for links of a typical length, 21 MB at most (2,048-byte URLs),
+// enough to hold the head of a Zipf-like popularity curve (docs/08
+// measures how much of it). LOCAL_CACHE_SIZE may be up to maxLocalCache,
+// up to 2 GB of memory at worst.
+const (
+	defaultLocalCache = 10_000
+	maxLocalCache     = 1_000_000
+)
 
 // defaultConfig is the configuration with nothing set.
 func defaultConfig() config {
@@ -85,14 +135,23 @@ func defaultConfig() config {
 			maxIdleTime: defaultConnMaxIdleTime,
 			maxLifetime: defaultConnMaxLifetime,
 			prepare:     defaultPrepare,
+			timeout:     defaultDBTimeout,
 		},
-		cacheTTL: defaultCacheTTL,
+		cacheTTL:     defaultCacheTTL,
+		redisTimeout: defaultRedisTimeout,
+		localCache:   defaultLocalCache,
+		limits: limitConfig{
+			maxInFlight: defaultMaxInFlight,
+			createRate:  defaultCreateRate,
+			createBurst: defaultCreateBurst,
+		},
 		clicks: clickConfig{
-			mode:    "queue",
-			storage: "counts",
-			queue:   defaultClickQueue,
-			batch:   defaultClickBatch,
-			every:   defaultClickFlush,
+			mode:        "queue",
+			storage:     "counts",
+			queue:       defaultClickQueue,
+			batch:       defaultClickBatch,
+			every:       defaultClickFlush,
+			syncTimeout: defaultDBTimeout,
 		},
 	}
 }
@@ -104,6 +163,9 @@ type clickConfig struct {
 	queue   int           // CLICK_QUEUE_SIZE: clicks the queue holds before it drops
 	batch   int           // CLICK_BATCH: clicks written in one statement at most
 	every   time.Duration // CLICK_FLUSH: how long a click waits in a batch at most
+	// syncTimeout bounds a click written during its request (CLICKS=sync):
+	// DB_TIMEOUT, like every call on a request's path.
+	syncTimeout time.Duration
 }
 
 // The click queue's defaults. A batch is written when it holds
@@ -127,6 +189,15 @@ func loadConfig(getenv func(string) string) (config, error) {
 	cfg.pool.maxIdleTime = env.duration("DB_CONN_MAX_IDLE_TIME", cfg.pool.maxIdleTime)
 	cfg.pool.maxLifetime = env.duration("DB_CONN_MAX_LIFETIME", cfg.pool.maxLifetime)
 	cfg.pool.prepare = env.bool("DB_PREPARE", cfg.pool.prepare)
+	cfg.pool.timeout = env.durationIn("DB_TIMEOUT", cfg.pool.timeout, 10*time.Millisecond, time.Minute)
+	cfg.redisTimeout = env.durationIn("REDIS_TIMEOUT", cfg.redisTimeout, time.Millisecond, 5*time.Second)
+	cfg.redisPrefix = read(&env, "REDIS_KEY_PREFIX", "", "want at most 64 printable ASCII characters, no spaces, like shortener:", func(raw string) (string, bool) {
+		return raw, len(raw) <= 64 && !strings.ContainsFunc(raw, func(r rune) bool { return r <= ' ' || r >= 0x7f })
+	})
+	cfg.localCache = env.intIn("LOCAL_CACHE_SIZE", cfg.localCache, 0, maxLocalCache)
+	cfg.limits.maxInFlight = env.intIn("MAX_IN_FLIGHT", cfg.limits.maxInFlight, 0, 1_000_000)
+	cfg.limits.createRate = env.intIn("CREATE_RATE", cfg.limits.createRate, 0, 1_000_000)
+	cfg.limits.createBurst = env.intIn("CREATE_BURST", cfg.limits.createBurst, 1, 1_000_000)
 	// Below a second a key would expire before it could be hit; past 30
 	// days it would never leave on its own.
 	cfg.cacheTTL = env.durationIn("CACHE_TTL", cfg.cacheTTL, minCacheTTL, maxCacheTTL)
@@ -150,6 +221,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 	cfg.clicks.queue = env.intIn("CLICK_QUEUE_SIZE", cfg.clicks.queue, 1, 1_000_000)
 	cfg.clicks.batch = env.intIn("CLICK_BATCH", cfg.clicks.batch, 1, 100_000)
 	cfg.clicks.every = env.durationIn("CLICK_FLUSH", cfg.clicks.every, 10*time.Millisecond, time.Minute)
+	cfg.clicks.syncTimeout = cfg.pool.timeout
 	if raw := getenv("TRUSTED_PROXIES"); raw != "" {
 		tp, err := parseTrustedProxies(raw)
 		if err != nil {

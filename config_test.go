@@ -19,10 +19,17 @@ func TestLoadConfig(t *testing.T) {
 		{"all set", map[string]string{
 			"ADDR": "127.0.0.1:9000", "BASE_URL": "https://Sho.RT/", "DATABASE_URL": "postgres://x",
 			"DB_MAX_OPEN_CONNS": "16", "DB_MAX_IDLE_CONNS": "4", "DB_CONN_MAX_IDLE_TIME": "90s", "DB_CONN_MAX_LIFETIME": "0", "DB_PREPARE": "false",
-		}, config{
-			addr: "127.0.0.1:9000", baseURL: "https://Sho.RT", baseHost: "sho.rt", databaseURL: "postgres://x",
-			pool: poolConfig{16, 4, 90 * time.Second, 0, false}, cacheTTL: defaultCacheTTL, clicks: defaultConfig().clicks,
-		}, false},
+			"DB_TIMEOUT": "2s", "REDIS_TIMEOUT": "20ms", "LOCAL_CACHE_SIZE": "0",
+			"MAX_IN_FLIGHT": "0", "CREATE_RATE": "5", "CREATE_BURST": "1",
+		}, func() config {
+			c := defaultConfig()
+			c.addr, c.baseURL, c.baseHost, c.databaseURL = "127.0.0.1:9000", "https://Sho.RT", "sho.rt", "postgres://x"
+			c.pool = poolConfig{16, 4, 90 * time.Second, 0, false, 2 * time.Second, 0}
+			c.clicks.syncTimeout = 2 * time.Second
+			c.redisTimeout, c.localCache = 20*time.Millisecond, 0
+			c.limits = limitConfig{maxInFlight: 0, createRate: 5, createBurst: 1}
+			return c
+		}(), false},
 		{"cache ttl", map[string]string{"CACHE_TTL": "90s"}, func() config { c := defaultConfig(); c.cacheTTL = 90 * time.Second; return c }(), false},
 		{"cache ttl zero", map[string]string{"CACHE_TTL": "0"}, config{}, true},
 		{"cache ttl a nanosecond", map[string]string{"CACHE_TTL": "1ns"}, config{}, true},
@@ -44,7 +51,7 @@ func TestLoadConfig(t *testing.T) {
 			"CLICK_QUEUE_SIZE": "5", "CLICK_BATCH": "2", "CLICK_FLUSH": "250ms"}, func() config {
 			c := defaultConfig()
 			c.databaseURL = "postgres://x"
-			c.clicks = clickConfig{mode: "sync", storage: "rows", queue: 5, batch: 2, every: 250 * time.Millisecond}
+			c.clicks = clickConfig{mode: "sync", storage: "rows", queue: 5, batch: 2, every: 250 * time.Millisecond, syncTimeout: defaultDBTimeout}
 			return c
 		}(), false},
 		{"clicks maybe", map[string]string{"CLICKS": "maybe"}, config{}, true},
@@ -62,6 +69,27 @@ func TestLoadConfig(t *testing.T) {
 		{"duration without unit", map[string]string{"DB_CONN_MAX_IDLE_TIME": "30"}, config{}, true},
 		{"prepare maybe", map[string]string{"DB_PREPARE": "maybe"}, config{}, true},
 		{"negative duration", map[string]string{"DB_CONN_MAX_LIFETIME": "-1m"}, config{}, true},
+		{"db timeout zero", map[string]string{"DB_TIMEOUT": "0"}, config{}, true},
+		{"db timeout an hour", map[string]string{"DB_TIMEOUT": "1h"}, config{}, true},
+		{"redis timeout zero", map[string]string{"REDIS_TIMEOUT": "0s"}, config{}, true},
+		{"redis timeout no unit", map[string]string{"REDIS_TIMEOUT": "50"}, config{}, true},
+		{"redis timeout a minute", map[string]string{"REDIS_TIMEOUT": "1m"}, config{}, true},
+		{"local cache negative", map[string]string{"LOCAL_CACHE_SIZE": "-1"}, config{}, true},
+		{"local cache huge", map[string]string{"LOCAL_CACHE_SIZE": "1000001"}, config{}, true},
+		{"in flight negative", map[string]string{"MAX_IN_FLIGHT": "-5"}, config{}, true},
+		{"in flight words", map[string]string{"MAX_IN_FLIGHT": "lots"}, config{}, true},
+		{"create rate fraction", map[string]string{"CREATE_RATE": "0.5"}, config{}, true},
+		{"create rate negative", map[string]string{"CREATE_RATE": "-1"}, config{}, true},
+		{"create burst zero", map[string]string{"CREATE_BURST": "0"}, config{}, true},
+		{"create burst huge", map[string]string{"CREATE_BURST": "2000000"}, config{}, true},
+		{"redis prefix with space", map[string]string{"REDIS_KEY_PREFIX": "a b"}, config{}, true},
+		{"redis prefix too long", map[string]string{"REDIS_KEY_PREFIX": strings.Repeat("x", 65)}, config{}, true},
+		{"redis prefix", map[string]string{"REDIS_KEY_PREFIX": "short:"}, func() config { c := defaultConfig(); c.redisPrefix = "short:"; return c }(), false},
+		{"limits off", map[string]string{"CREATE_RATE": "0", "MAX_IN_FLIGHT": "0"}, func() config {
+			c := defaultConfig()
+			c.limits.createRate, c.limits.maxInFlight = 0, 0
+			return c
+		}(), false},
 		{"base url without scheme", map[string]string{"BASE_URL": "sho.rt"}, config{}, true},
 		{"base url with path query", map[string]string{"BASE_URL": "https://sho.rt/?x=1"}, config{}, true},
 	}

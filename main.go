@@ -60,16 +60,34 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		}
 	}()
 	base := store // the store itself, before any cache
+	var rdb *guardedRedis
 	if cfg.redis != nil {
-		rdb := openRedis(ctx, cfg.redis, log)
+		rdb = openRedis(ctx, cfg.redis, cfg.redisTimeout, log)
 		defer func() {
 			if err := rdb.Close(); err != nil {
 				log.Error("close redis", "err", err)
 			}
 		}()
-		store = newCachedStore(store, rdb, cfg.cacheTTL, log)
-		log.Info("cache enabled", "redis", cfg.redis.Addr, "ttl", cfg.cacheTTL)
+		cache := newCachedStore(store, rdb, cfg.cacheTTL, log)
+		cache.prefix = cfg.redisPrefix + cache.prefix
+		store = cache
+		log.Info("cache enabled", "redis", cfg.redis.Addr, "ttl", cfg.cacheTTL, "timeout", cfg.redisTimeout)
 	}
+	if cfg.localCache > 0 && cfg.databaseURL != "" {
+		// (The memory store is a map already: a second one in front of
+		// it would only cost a lock.)
+		if store, err = newLocalCache(store, cfg.localCache); err != nil {
+			return err
+		}
+		log.Info("local cache enabled", "size", cfg.localCache)
+	}
+	var limiter *createLimiter
+	if cfg.limits.createRate > 0 {
+		limiter = newCreateLimiter(cfg.limits.createRate, cfg.limits.createBurst, rdb, log)
+		limiter.prefix = cfg.redisPrefix + limiter.prefix
+	}
+	log.Info("limits", "max_in_flight", cfg.limits.maxInFlight, "create_rate", cfg.limits.createRate,
+		"create_burst", cfg.limits.createBurst, "shared_through_redis", rdb != nil && limiter != nil)
 	clicks, drainClicks := openClicks(cfg.clicks, base, log)
 	defer func() {
 		// run's ctx is cancelled by now; the drain needs a fresh deadline.
@@ -86,7 +104,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.addr, err)
 	}
-	srv := newServer(store, clicks, cfg, log)
+	srv := newServer(store, clicks, limiter, cfg, log)
 
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()

@@ -260,21 +260,21 @@ func redirectTo(t *testing.T, base, code, want string) {
 // TestRunWithRedis checks that REDIS_URL puts the cache in front of
 // Postgres: a redirect fills the link's key, with the configured TTL.
 func TestRunWithRedis(t *testing.T) {
-	opts, _ := testRedis(t)
+	opts, prefix := testRedis(t)
 	redisURL := fmt.Sprintf("redis://%s/%d", opts.Addr, opts.DB)
 	base, _, logs := startRun(t, map[string]string{
 		"ADDR": "127.0.0.1:0", "DATABASE_URL": testDatabase(t), "REDIS_URL": redisURL, "CACHE_TTL": "42s",
+		"REDIS_KEY_PREFIX": prefix,
+		// The local cache would answer the second redirect without Redis.
+		"LOCAL_CACHE_SIZE": "0",
 	})
 	if !strings.Contains(logs.String(), "cache enabled") {
 		t.Errorf("log does not say the cache is on:\n%s", logs)
 	}
 	code := shorten(t, base, "https://go.dev/cache")
 	look := redis.NewClient(opts)
-	key := cacheKeyPrefix + code
+	key := prefix + cacheKeyPrefix + code
 	t.Cleanup(func() {
-		if err := look.Del(context.Background(), key).Err(); err != nil {
-			t.Errorf("delete %s: %v", key, err)
-		}
 		if err := look.Close(); err != nil {
 			t.Errorf("close redis: %v", err)
 		}
@@ -307,4 +307,37 @@ func TestRunWithRedisDown(t *testing.T) {
 	}
 	code := shorten(t, base, "https://go.dev/nocache")
 	redirectTo(t, base, code, "https://go.dev/nocache")
+}
+
+// TestRunRateLimitShared starts two instances on one Postgres and one
+// Redis: a client's creates count against one allowance, whichever
+// instance takes them, and a refused create gets 429 with Retry-After.
+func TestRunRateLimitShared(t *testing.T) {
+	opts, prefix := testRedis(t)
+	env := map[string]string{
+		"ADDR": "127.0.0.1:0", "DATABASE_URL": testDatabase(t),
+		"REDIS_URL": fmt.Sprintf("redis://%s/%d", opts.Addr, opts.DB), "REDIS_KEY_PREFIX": prefix,
+		"CREATE_RATE": "1", "CREATE_BURST": "3",
+	}
+	a, _, _ := startRun(t, env)
+	b, _, _ := startRun(t, env)
+	for _, base := range []string{a, b, a} {
+		shorten(t, base, "https://go.dev/shared-limit")
+	}
+	for _, base := range []string{a, b} {
+		resp, err := http.Post(base+"/shorten", "application/json", strings.NewReader(`{"url":"https://go.dev/shared-limit"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") != "1" ||
+			!strings.Contains(string(body), `"error"`) {
+			t.Errorf("fourth create via %s: %d, Retry-After %q, body %s; want 429, 1, a JSON error",
+				base, resp.StatusCode, resp.Header.Get("Retry-After"), body)
+		}
+	}
 }

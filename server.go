@@ -8,19 +8,22 @@ import (
 	"time"
 )
 
-// newHandler is everything a request meets: the middleware, outermost
-// first, then the routes.
-func newHandler(store Store, clicks clickRecorder, cfg config, log *slog.Logger) http.Handler {
+// newHandler is everything a request meets: the routes, wrapped in the
+// middleware, innermost first (so the last one applied is the first a
+// request meets). limiter nil means no limit on creates.
+func newHandler(store Store, clicks clickRecorder, limiter *createLimiter, cfg config, log *slog.Logger) http.Handler {
 	mux := http.NewServeMux()
-	addRoutes(mux, store, clicks, cfg, log)
+	addRoutes(mux, store, clicks, limiter, cfg, log)
 	var h http.Handler = jsonErrors(mux, log)
 	h = withClientIP(cfg.trustedProxies, h)
+	// First, so that a refusal costs as little as possible.
+	h = limitInFlight(cfg.limits.maxInFlight, log, h)
 	return h
 }
 
-func newServer(store Store, clicks clickRecorder, cfg config, log *slog.Logger) *http.Server {
+func newServer(store Store, clicks clickRecorder, limiter *createLimiter, cfg config, log *slog.Logger) *http.Server {
 	return &http.Server{
-		Handler: newHandler(store, clicks, cfg, log),
+		Handler: newHandler(store, clicks, limiter, cfg, log),
 		// Without these a client that opens a connection and sends
 		// nothing, or reads its answer a byte a minute, holds a
 		// connection forever.

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"sync"
 	"time"
 )
@@ -14,13 +13,6 @@ type Link struct {
 	CreatedAt time.Time
 	Clicks    int64
 }
-
-var (
-	// ErrNotFound means no link has that code.
-	ErrNotFound = errors.New("not found")
-	// ErrCodeTaken means a link with that code exists already.
-	ErrCodeTaken = errors.New("code already taken")
-)
 
 // memoryStore keeps links in a map. A sync.RWMutex lets any number of
 // readers in at once, or one writer alone: Go's maps are not safe for

@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	// The driver registers itself with database/sql under the name
@@ -15,9 +17,9 @@ import (
 	"github.com/lib/pq"
 )
 
-// dbTimeout bounds every call to Postgres: a slow or stuck database costs a
-// request this much at most, then an error.
-const dbTimeout = 3 * time.Second
+// clickWriteTimeout bounds writing one batch of clicks. No request waits
+// for it, so it can be longer than DB_TIMEOUT: a batch that fails is lost.
+const clickWriteTimeout = 5 * time.Second
 
 // migrateTimeout bounds creating the schema at start.
 const migrateTimeout = 30 * time.Second
@@ -55,6 +57,9 @@ type pgStore struct {
 	// off. A *sql.Stmt is prepared once per pooled connection, on first
 	// use there; after that a query is one round trip, with no parsing.
 	lookup, insert *sql.Stmt
+	// timeout bounds every call made for a request (DB_TIMEOUT): a slow
+	// or stuck database costs a request this much at most, then a 503.
+	timeout time.Duration
 }
 
 // poolConfig sizes database/sql's connection pool (see loadConfig for the
@@ -65,20 +70,37 @@ type poolConfig struct {
 	maxIdleTime time.Duration // close a connection idle this long; 0 = never
 	maxLifetime time.Duration // close a connection this old; 0 = never
 	prepare     bool          // use prepared statements
+	timeout     time.Duration // DB_TIMEOUT: each request's calls give up after this
+	// replyTimeout is how long a connection waits for Postgres to answer
+	// before it is dropped (see replyDeadlineConn); 0 = the longest
+	// deadline any call has, plus a second.
+	replyTimeout time.Duration
 }
 
 // openPostgres connects to dsn, sizes the pool, and creates the schema if it
 // is not there.
 func openPostgres(ctx context.Context, dsn string, pool poolConfig) (*pgStore, error) {
-	db, err := sql.Open("postgres", dsn)
+	connector, err := pq.NewConnector(dsn)
 	if err != nil {
 		return nil, fmt.Errorf("store: open: %w", err)
 	}
+	// While the schema is made and the statements prepared, which may
+	// wait on another instance's migration, Postgres gets as long to
+	// answer as those steps' own deadline; then as long as the longest
+	// call the app makes afterwards (see replyDeadlineConn).
+	replyTimeout := pool.replyTimeout
+	if replyTimeout == 0 {
+		replyTimeout = max(pool.timeout, clickWriteTimeout) + time.Second
+	}
+	dialer := replyDeadlineDialer{limit: new(atomic.Int64)}
+	dialer.limit.Store(int64(migrateTimeout + time.Second))
+	connector.Dialer(dialer)
+	db := sql.OpenDB(connector)
 	db.SetMaxOpenConns(pool.maxOpen)
 	db.SetMaxIdleConns(pool.maxIdle)
 	db.SetConnMaxIdleTime(pool.maxIdleTime)
 	db.SetConnMaxLifetime(pool.maxLifetime)
-	s := &pgStore{db: db}
+	s := &pgStore{db: db, timeout: pool.timeout}
 	if err := s.migrate(ctx); err != nil {
 		db.Close() //nolint:errcheck // the migrate error is the one worth returning
 		return nil, err
@@ -89,6 +111,7 @@ func openPostgres(ctx context.Context, dsn string, pool poolConfig) (*pgStore, e
 			return nil, err
 		}
 	}
+	dialer.limit.Store(int64(replyTimeout))
 	return s, nil
 }
 
@@ -135,40 +158,50 @@ func (s *pgStore) migrate(ctx context.Context) error {
 // nothing and reports no row affected. There is no window between a check
 // and an insert for another request to slip into.
 func (s *pgStore) Save(ctx context.Context, code, url string) error {
-	ctx, cancel := context.WithTimeout(ctx, dbTimeout)
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	var res sql.Result
-	var err error
-	if s.insert != nil {
-		res, err = s.insert.ExecContext(ctx, code, url)
-	} else {
-		res, err = s.db.ExecContext(ctx, insertSQL, code, url)
-	}
-	if err != nil {
+	err := bounded(ctx, func() error {
+		var res sql.Result
+		var err error
+		if s.insert != nil {
+			res, err = s.insert.ExecContext(ctx, code, url)
+		} else {
+			res, err = s.db.ExecContext(ctx, insertSQL, code, url)
+		}
+		if err != nil {
+			return err
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return fmt.Errorf("rows affected: %w", err)
+		}
+		if n == 0 {
+			return ErrCodeTaken
+		}
+		return nil
+	})
+	switch {
+	case err == nil, errors.Is(err, ErrCodeTaken):
+		return err
+	default:
 		return fmt.Errorf("store: save %q: %w", code, deadline(ctx, err))
 	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return fmt.Errorf("store: save %q: rows affected: %w", code, err)
-	}
-	if n == 0 {
-		return ErrCodeTaken
-	}
-	return nil
 }
 
 // Lookup returns the URL stored under code, or ErrNotFound.
 func (s *pgStore) Lookup(ctx context.Context, code string) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, dbTimeout)
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	var row *sql.Row
-	if s.lookup != nil {
-		row = s.lookup.QueryRowContext(ctx, code)
-	} else {
-		row = s.db.QueryRowContext(ctx, lookupSQL, code)
-	}
-	var url string
-	err := row.Scan(&url)
+	var url string // written by the call; read only if it returned
+	err := bounded(ctx, func() error {
+		var row *sql.Row
+		if s.lookup != nil {
+			row = s.lookup.QueryRowContext(ctx, code)
+		} else {
+			row = s.db.QueryRowContext(ctx, lookupSQL, code)
+		}
+		return row.Scan(&url)
+	})
 	if errors.Is(err, sql.ErrNoRows) {
 		return "", ErrNotFound
 	}
@@ -188,6 +221,71 @@ func deadline(ctx context.Context, err error) error {
 	return err
 }
 
+// replyDeadlineDialer makes lib/pq's connections replyDeadlineConns, all
+// reading their limit from one place, so that it can change after start.
+type replyDeadlineDialer struct {
+	limit *atomic.Int64 // a time.Duration
+}
+
+func (d replyDeadlineDialer) Dial(network, addr string) (net.Conn, error) {
+	return d.DialContext(context.Background(), network, addr)
+}
+
+func (d replyDeadlineDialer) DialTimeout(network, addr string, timeout time.Duration) (net.Conn, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	return d.DialContext(ctx, network, addr)
+}
+
+func (d replyDeadlineDialer) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
+	var nd net.Dialer
+	c, err := nd.DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	return &replyDeadlineConn{Conn: c, limit: d.limit}, nil
+}
+
+// replyDeadlineConn gives Postgres limit to answer each thing sent to it.
+// lib/pq honours a context's deadline by asking Postgres, on a second
+// connection, to cancel the statement; a Postgres that is alive but slow
+// (a lock, a long query) does, and the call fails at its deadline. But a
+// Postgres that does not answer at all (a frozen process, a network that
+// drops packets) never reads the cancel, and lib/pq sets no deadline on
+// the socket: the call would wait forever, holding a pooled connection.
+// So every write here moves the socket's deadline to limit from now; if
+// no reply comes by then, the read fails, and database/sql drops the
+// connection. (The request that made the call does not wait for that:
+// see bounded.)
+type replyDeadlineConn struct {
+	net.Conn
+	limit *atomic.Int64
+}
+
+func (c *replyDeadlineConn) Write(p []byte) (int, error) {
+	if err := c.Conn.SetDeadline(time.Now().Add(time.Duration(c.limit.Load()))); err != nil {
+		return 0, err
+	}
+	return c.Conn.Write(p)
+}
+
+// bounded runs call, which talks to Postgres, and returns its error; or, if
+// ctx ends first, ctx's error at once, leaving call to finish in the
+// background (against a frozen Postgres, at its connection's reply
+// deadline). Without it a request's wait would be bounded by the socket
+// deadline, seconds, rather than by its own. call must not write to
+// anything the caller reads after bounded returns early.
+func bounded(ctx context.Context, call func() error) error {
+	done := make(chan error, 1) // buffered: an abandoned call can still send, and end
+	go func() { done <- call() }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
 // Close closes the statements and the pool's connections.
 func (s *pgStore) Close() error {
 	var errs []error
@@ -202,10 +300,12 @@ func (s *pgStore) Close() error {
 
 // Link returns a link with its creation time and clicks, or ErrNotFound.
 func (s *pgStore) Link(ctx context.Context, code string) (Link, error) {
-	ctx, cancel := context.WithTimeout(ctx, dbTimeout)
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	l := Link{Code: code}
-	err := s.db.QueryRowContext(ctx, linkSQL, code).Scan(&l.URL, &l.CreatedAt, &l.Clicks)
+	l := Link{Code: code} // written by the call; read only if it returned
+	err := bounded(ctx, func() error {
+		return s.db.QueryRowContext(ctx, linkSQL, code).Scan(&l.URL, &l.CreatedAt, &l.Clicks)
+	})
 	if errors.Is(err, sql.ErrNoRows) {
 		return Link{}, ErrNotFound
 	}

@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"errors"
 	"log/slog"
+	"net/http"
+	"net/url"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -75,7 +77,7 @@ func TestOpenPostgresUnreachable(t *testing.T) {
 func TestPostgresErrorsDoNotLeak(t *testing.T) {
 	s := openTestStore(t)
 	logs := &syncBuffer{}
-	h := newServer(s, noClicks{}, config{}, slog.New(slog.NewTextHandler(logs, nil))).Handler
+	h := newServer(s, noClicks{}, nil, config{}, slog.New(slog.NewTextHandler(logs, nil))).Handler
 	if _, err := s.db.Exec(`DROP TABLE links`); err != nil {
 		t.Fatal(err)
 	}
@@ -97,10 +99,11 @@ func TestPostgresErrorsDoNotLeak(t *testing.T) {
 }
 
 // TestSlowDatabaseIsBounded holds a lock on the table so that lookups wait:
-// the request must give up after dbTimeout with a 503, not hang.
+// the request must give up after DB_TIMEOUT with a 503 and Retry-After,
+// not hang.
 func TestSlowDatabaseIsBounded(t *testing.T) {
 	s := openTestStore(t)
-	h := newServer(s, noClicks{}, config{}, discardLog).Handler
+	h := newServer(s, noClicks{}, nil, config{}, discardLog).Handler
 	tx, err := s.db.Begin()
 	if err != nil {
 		t.Fatal(err)
@@ -109,15 +112,104 @@ func TestSlowDatabaseIsBounded(t *testing.T) {
 	if _, err := tx.Exec(`LOCK TABLE links IN ACCESS EXCLUSIVE MODE`); err != nil {
 		t.Fatal(err)
 	}
-	start := time.Now()
-	rec := do(t, h, "GET", "/abcdefg", "")
-	took := time.Since(start)
-	if rec.Code != 503 {
-		t.Errorf("lookup behind a lock: status %d, want 503", rec.Code)
+	for _, req := range []struct{ method, path, body string }{
+		{"GET", "/abcdefg", ""},
+		{"POST", "/shorten", `{"url":"https://go.dev/locked"}`},
+	} {
+		start := time.Now()
+		rec := do(t, h, req.method, req.path, req.body)
+		took := time.Since(start)
+		if rec.Code != 503 || rec.Header().Get("Retry-After") != "1" {
+			t.Errorf("%s %s behind a lock: status %d, Retry-After %q; want 503, 1", req.method, req.path, rec.Code, rec.Header().Get("Retry-After"))
+		}
+		jsonError(t, rec)
+		if took < s.timeout || took > s.timeout+time.Second {
+			t.Errorf("%s %s behind a lock took %v, want about %v", req.method, req.path, took, s.timeout)
+		}
 	}
-	jsonError(t, rec)
-	if took < dbTimeout || took > dbTimeout+2*time.Second {
-		t.Errorf("lookup behind a lock took %v, want about %v", took, dbTimeout)
+}
+
+// TestFrozenDatabaseIsBounded: a Postgres that stops answering altogether
+// (a frozen process, a partition) never reads lib/pq's cancel request, so
+// the context alone cannot end the call. The request must still get its
+// 503 at DB_TIMEOUT (bounded), and the stuck calls must end, and give
+// their connections back, at the connection's reply deadline.
+func TestFrozenDatabaseIsBounded(t *testing.T) {
+	dsn := testDatabase(t)
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := startProxy(t, u.Host)
+	u.Host = proxy.addr()
+	pool := testPool
+	pool.timeout, pool.replyTimeout = 200*time.Millisecond, time.Second
+	s, err := openPostgres(context.Background(), u.String(), pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	closeOnCleanup(t, s)
+	ctx := context.Background()
+	if _, err := s.Lookup(ctx, "abcdefg"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("lookup before the freeze: %v, want ErrNotFound", err)
+	}
+	proxy.stall()
+	for i := range 3 { // the pooled connection, then new ones
+		start := time.Now()
+		_, err := s.Lookup(ctx, "abcdefg")
+		took := time.Since(start)
+		if status, _, _ := errorStatus(err); status != http.StatusServiceUnavailable {
+			t.Errorf("lookup %d with Postgres frozen: err %v (status %d), want a 503", i, err, status)
+		}
+		if took > pool.timeout+300*time.Millisecond {
+			t.Errorf("lookup %d with Postgres frozen took %v, want about DB_TIMEOUT (%v)", i, took, pool.timeout)
+		}
+	}
+	if n := s.db.Stats().InUse; n == 0 {
+		t.Fatal("no connection in use right after the lookups: the test froze nothing")
+	}
+	deadline := time.Now().Add(pool.replyTimeout + 2*time.Second)
+	for s.db.Stats().InUse > 0 && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if n := s.db.Stats().InUse; n > 0 {
+		t.Errorf("%d connections still stuck %v after the reply deadline", n, pool.replyTimeout+2*time.Second)
+	}
+}
+
+// TestStartWaitsOutAMigration: an instance that starts while the table is
+// locked (another instance migrating, an ALTER TABLE) waits for the lock,
+// as long as the schema step's own deadline, not the shorter reply
+// deadline its connections have afterwards.
+func TestStartWaitsOutAMigration(t *testing.T) {
+	dsn := testDatabase(t)
+	first, err := openPostgres(context.Background(), dsn, testPool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	closeOnCleanup(t, first)
+	tx, err := first.db.Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(`LOCK TABLE links IN ACCESS EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	time.AfterFunc(time.Second, func() {
+		if err := tx.Rollback(); err != nil {
+			t.Errorf("release the lock: %v", err)
+		}
+	})
+	pool := testPool
+	pool.replyTimeout = 300 * time.Millisecond
+	start := time.Now()
+	s, err := openPostgres(context.Background(), dsn, pool)
+	if err != nil {
+		t.Fatalf("start while the table was locked for 1s: %v", err)
+	}
+	closeOnCleanup(t, s)
+	if took := time.Since(start); took < time.Second {
+		t.Errorf("start took %v; the table was locked for 1s, so the test locked nothing", took)
 	}
 }
 

@@ -104,11 +104,23 @@ func forEachStore(t *testing.T, fn func(t *testing.T, store Store)) {
 		c, _ := newTestCache(t, openTestStore(t), opts, prefix, discardLog)
 		fn(t, c)
 	})
+	t.Run("postgres+redis+local", func(t *testing.T) {
+		opts, prefix := testRedis(t)
+		c, _ := newTestCache(t, openTestStore(t), opts, prefix, discardLog)
+		l, err := newLocalCache(c, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fn(t, l)
+	})
 }
 
 // countLinks returns how many links the store holds.
 func countLinks(t *testing.T, store Store) int {
 	t.Helper()
+	if c, ok := store.(*localCache); ok {
+		store = c.Store
+	}
 	if c, ok := store.(*cachedStore); ok {
 		store = c.Store
 	}

@@ -17,10 +17,6 @@ import (
 // normalization. 2,048 bytes is the figure most browsers and CDNs handle.
 const maxURLLength = 2048
 
-// ErrInvalidURL is wrapped by every reason normalizeURL refuses a URL; the
-// text after it is safe to show to the client.
-var ErrInvalidURL = errors.New("invalid url")
-
 // hostProfile turns a Unicode host name into the ASCII (punycode) form a
 // Location header needs. It is idna's lookup profile with two rules relaxed,
 // because real host names break them: labels like "r3---sn-4g5e" (hyphens in

@@ -98,7 +98,12 @@ while read -r hash subject <&3; do
 		redisurl="redis://127.0.0.1:$redis_port/0"
 	fi
 	# Port 0: the kernel picks a free port, and the app logs the one it got.
-	ADDR=127.0.0.1:0 DATABASE_URL=$dburl REDIS_URL=$redisurl "$tmp/shortener-$nn" 2>"$out/$nn-server.log" &
+	# From step 08 creates are rate-limited per client, and hey is one
+	# client: the limit is set too high to refuse, so that the create row
+	# still measures creates, with the limit's cost (a Redis call) in it.
+	# Steps before 08 ignore the two variables.
+	ADDR=127.0.0.1:0 DATABASE_URL=$dburl REDIS_URL=$redisurl CREATE_RATE=1000000 CREATE_BURST=1000000 \
+		"$tmp/shortener-$nn" 2>"$out/$nn-server.log" &
 	pid=$!
 	i=0 port=''
 	until [ -n "$port" ] && curl -fs -o /dev/null "http://127.0.0.1:$port/healthz"; do

@@ -1,0 +1,133 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net/http"
+	"strconv"
+	"time"
+)
+
+// Every error a client can be told about is here, beside errorStatus, the
+// one function that turns an error into a status code and a message.
+var (
+	// ErrBadRequest is wrapped by every reason a request body is refused.
+	ErrBadRequest = errors.New("bad request")
+	// ErrInvalidURL is wrapped by every reason normalizeURL refuses a URL;
+	// the text after it is safe to show to the client.
+	ErrInvalidURL = errors.New("invalid url")
+	// ErrOwnHost means the URL points at the shortener itself, which would
+	// make a redirect loop.
+	ErrOwnHost = errors.New("url points at this shortener")
+	// ErrBodyTimeout means the request body did not arrive before the
+	// server's read deadline. The error it wraps names the server's socket
+	// address, so only the log sees it.
+	ErrBodyTimeout = errors.New("request body not received in time")
+	// ErrBodyRead means the connection failed while the body was being
+	// read (reset, or closed before Content-Length bytes). As with
+	// ErrBodyTimeout, the wrapped error is for the log alone.
+	ErrBodyRead = errors.New("request body could not be read")
+	// ErrNotFound means no link has that code.
+	ErrNotFound = errors.New("not found")
+	// ErrCodeTaken means a link with that code exists already.
+	ErrCodeTaken = errors.New("code already taken")
+	// ErrOverloaded means the server has as many requests in flight as
+	// MAX_IN_FLIGHT allows, and refused this one rather than queue it.
+	ErrOverloaded = errors.New("server busy")
+)
+
+// rateLimitedError means the client has used up its allowance of creates;
+// retryAfter is how long until the next one would be allowed.
+type rateLimitedError struct {
+	retryAfter time.Duration
+}
+
+func (e *rateLimitedError) Error() string {
+	return fmt.Sprintf("rate limited: retry after %v", e.retryAfter)
+}
+
+// unavailableRetry is the Retry-After of every 503: a backend that timed
+// out or a server that is full may well have room a second later, and a
+// client that waits that long spreads the retries out.
+const unavailableRetry = time.Second
+
+// backendSlowLog samples the log lines for requests that a backend's
+// deadline cut short: in an outage there is one per request. It is shared
+// by every handler (the log it writes to is the caller's).
+var backendSlowLog = &sampledLog{every: 10 * time.Second}
+
+// errorStatus maps an error to the status code and message a client sees,
+// and, for 429 and 503, how long it should wait before trying again. Only
+// errors that describe the client's own input keep their text; anything
+// else is an internal error, and its text goes to the log alone.
+func errorStatus(err error) (status int, msg string, retryAfter time.Duration) {
+	var maxErr *http.MaxBytesError
+	var limited *rateLimitedError
+	switch {
+	case errors.As(err, &maxErr):
+		return http.StatusRequestEntityTooLarge, fmt.Sprintf("request body larger than %d bytes", maxErr.Limit), 0
+	case errors.Is(err, ErrBodyTimeout):
+		return http.StatusRequestTimeout, ErrBodyTimeout.Error(), 0
+	case errors.Is(err, io.ErrUnexpectedEOF) && errors.Is(err, ErrBodyRead):
+		return http.StatusBadRequest, "request body ended early", 0
+	case errors.Is(err, ErrBodyRead):
+		return http.StatusBadRequest, ErrBodyRead.Error(), 0
+	case errors.Is(err, ErrBadRequest), errors.Is(err, ErrInvalidURL):
+		// Every error wrapping these is built from our own text and the
+		// client's input, never from another error's text.
+		return http.StatusBadRequest, err.Error(), 0
+	case errors.Is(err, ErrOwnHost):
+		return http.StatusBadRequest, "invalid url: points at this shortener, which would redirect to itself", 0
+	case errors.Is(err, ErrNotFound):
+		return http.StatusNotFound, "not found", 0
+	case errors.As(err, &limited):
+		return http.StatusTooManyRequests, "too many links created from your address; try again later", limited.retryAfter
+	case errors.Is(err, ErrOverloaded):
+		return http.StatusServiceUnavailable, "server busy, try again", unavailableRetry
+	case errors.Is(err, context.DeadlineExceeded):
+		// A backend took longer than its deadline: say so, and that
+		// trying again may work, rather than a bare 500.
+		return http.StatusServiceUnavailable, "temporarily unavailable, try again", unavailableRetry
+	case errors.Is(err, context.Canceled):
+		// The client went away; nobody reads this answer, and it is not
+		// a server error worth a log line.
+		return http.StatusServiceUnavailable, "request cancelled", 0
+	default:
+		return http.StatusInternalServerError, "internal error", 0
+	}
+}
+
+func writeError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err error) {
+	status, msg, retryAfter := errorStatus(err)
+	switch {
+	case status == http.StatusInternalServerError:
+		log.Error("request failed", "method", r.Method, "path", r.URL.Path, "client", clientIPFrom(r.Context()), "err", err)
+	case errors.Is(err, context.DeadlineExceeded):
+		// A backend was too slow: the operator needs to know which, but
+		// under an outage this is one line per request, so it is sampled.
+		backendSlowLog.warnTo(log, "backend deadline exceeded", err)
+	case errors.Is(err, ErrBodyTimeout), errors.Is(err, ErrBodyRead):
+		// The client's fault, or the network's, but its detail (which
+		// addresses, which deadline) is only in err, and only here.
+		log.Warn("read request body", "method", r.Method, "path", r.URL.Path, "client", clientIPFrom(r.Context()), "err", err)
+	}
+	if status == http.StatusRequestTimeout {
+		// The rest of the body may still be on its way; the connection
+		// cannot carry another request (RFC 9110, section 15.5.9).
+		w.Header().Set("Connection", "close")
+	}
+	if retryAfter > 0 {
+		w.Header().Set("Retry-After", retryAfterSeconds(retryAfter))
+	}
+	writeJSON(w, r, log, status, map[string]string{"error": msg})
+}
+
+// retryAfterSeconds is d as Retry-After wants it: whole seconds, rounded
+// up, at least 1 (RFC 9110, section 10.2.3, has no fractions).
+func retryAfterSeconds(d time.Duration) string {
+	return strconv.Itoa(max(1, int(math.Ceil(d.Seconds()))))
+}

@@ -1,0 +1,75 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestErrorStatusHidesInternalText feeds errorStatus errors whose text must
+// not reach a client, and checks the status and that none of it does.
+func TestErrorStatusHidesInternalText(t *testing.T) {
+	const secret = "10.1.2.3:5432"
+	netErr := func(err error) error {
+		return &net.OpError{Op: "read", Net: "tcp", Addr: &net.TCPAddr{IP: net.IPv4(10, 1, 2, 3), Port: 5432}, Err: err}
+	}
+	tests := []struct {
+		name   string
+		err    error
+		status int
+	}{
+		{"body read timeout", bodyReadError(netErr(os.ErrDeadlineExceeded)), http.StatusRequestTimeout},
+		{"body connection reset", bodyReadError(netErr(syscall.ECONNRESET)), http.StatusBadRequest},
+		{"body cut short", bodyReadError(fmt.Errorf("%s: %w", secret, io.ErrUnexpectedEOF)), http.StatusBadRequest},
+		{"decoder error that is not about the JSON", decodeError(errors.New("json: cannot decode into " + secret)), http.StatusInternalServerError},
+		{"store failure", fmt.Errorf("store: save: dial tcp %s: connection refused", secret), http.StatusInternalServerError},
+		{"store timeout", fmt.Errorf("store: get %s: %w", secret, context.DeadlineExceeded), http.StatusServiceUnavailable},
+	}
+	for _, tt := range tests {
+		status, msg, _ := errorStatus(tt.err)
+		if status != tt.status {
+			t.Errorf("%s: status = %d, want %d", tt.name, status, tt.status)
+		}
+		if strings.Contains(msg, secret) || strings.Contains(msg, "10.1.2.3") {
+			t.Errorf("%s: message %q shows internal text", tt.name, msg)
+		}
+	}
+}
+
+// TestRetryAfter checks that every 429 and 503 says when to come back, in
+// whole seconds, and that no other status does.
+func TestRetryAfter(t *testing.T) {
+	tests := []struct {
+		err    error
+		status int
+		retry  string
+	}{
+		{&rateLimitedError{retryAfter: 100 * time.Millisecond}, http.StatusTooManyRequests, "1"},
+		{&rateLimitedError{retryAfter: 2500 * time.Millisecond}, http.StatusTooManyRequests, "3"},
+		{fmt.Errorf("wrapped: %w", &rateLimitedError{retryAfter: 4 * time.Second}), http.StatusTooManyRequests, "4"},
+		{ErrOverloaded, http.StatusServiceUnavailable, "1"},
+		{fmt.Errorf("store: lookup: %w", context.DeadlineExceeded), http.StatusServiceUnavailable, "1"},
+		{ErrNotFound, http.StatusNotFound, ""},
+		{errors.New("boom"), http.StatusInternalServerError, ""},
+	}
+	for _, tt := range tests {
+		rec := httptest.NewRecorder()
+		writeError(rec, httptest.NewRequest("GET", "/x", nil), discardLog, tt.err)
+		if rec.Code != tt.status {
+			t.Errorf("%v: status %d, want %d", tt.err, rec.Code, tt.status)
+		}
+		if got := rec.Header().Get("Retry-After"); got != tt.retry {
+			t.Errorf("%v: Retry-After %q, want %q", tt.err, got, tt.retry)
+		}
+		jsonError(t, rec)
+	}
+}
