@@ -29,15 +29,17 @@ type cachedStore struct {
 	ttl    time.Duration
 	prefix string
 	errs   *sampledLog
+	counts cacheResults // hit, miss, error, skipped (breaker open)
 }
 
-func newCachedStore(store Store, rdb *guardedRedis, ttl time.Duration, log *slog.Logger) *cachedStore {
+func newCachedStore(store Store, rdb *guardedRedis, ttl time.Duration, counts cacheResults, log *slog.Logger) *cachedStore {
 	return &cachedStore{
 		Store:  store,
 		rdb:    rdb,
 		ttl:    ttl,
 		prefix: cacheKeyPrefix,
 		errs:   &sampledLog{log: log, every: 10 * time.Second},
+		counts: counts,
 	}
 }
 
@@ -49,6 +51,7 @@ func newCachedStore(store Store, rdb *guardedRedis, ttl time.Duration, log *slog
 func (c *cachedStore) Lookup(ctx context.Context, code string) (string, error) {
 	ok, at := c.rdb.breaker.allow()
 	if !ok {
+		c.counts.skipped.Inc()
 		return c.Store.Lookup(ctx, code)
 	}
 	key := c.prefix + code
@@ -58,22 +61,26 @@ func (c *cachedStore) Lookup(ctx context.Context, code string) (string, error) {
 	switch {
 	case err == nil && plausibleURL(url):
 		c.rdb.breaker.done(at, nil)
+		c.counts.hit.Inc()
 		return url, nil
 	case err == nil:
 		c.rdb.breaker.done(at, nil)
+		c.counts.miss.Inc()
 		// Not what this program writes: another program shares the key
 		// space, or someone wrote to it. Serve from the store, which
 		// overwrites the key below.
-		c.errs.warn("cache value refused, serving from the store", fmt.Errorf("key %s holds %d bytes that are not a stored URL", key, len(url)))
+		c.errs.warn(ctx, "cache value refused, serving from the store", fmt.Errorf("key %s holds %d bytes that are not a stored URL", key, len(url)))
 	case errors.Is(err, redis.Nil): // a plain miss
 		c.rdb.breaker.done(at, nil)
+		c.counts.miss.Inc()
 	case ctx.Err() != nil:
 		// The client went away; the store would only fail the same way.
 		// (Not Redis's fault: the breaker is not told.)
 		return "", ctx.Err()
 	default:
 		c.rdb.breaker.done(at, err)
-		c.errs.warn("cache get failed, serving from the store", err)
+		c.counts.err.Inc()
+		c.errs.warn(ctx, "cache get failed, serving from the store", err)
 	}
 
 	redisFailed := err != nil && !errors.Is(err, redis.Nil) // a refused value is not a failure
@@ -94,7 +101,7 @@ func (c *cachedStore) Lookup(ctx context.Context, code string) (string, error) {
 		c.rdb.breaker.done(at, err)
 	}
 	if err != nil {
-		c.errs.warn("cache set failed", err)
+		c.errs.warn(ctx, "cache set failed", err)
 	}
 	return url, nil
 }
@@ -242,7 +249,7 @@ func (b *breaker) done(at int64, err error) {
 		now := monotonicNow()
 		b.openedAt.Store(now)
 		b.openUntil.Store(now + b.cooldown.Nanoseconds())
-		b.opens.warn(fmt.Sprintf("redis failing; breaker open, skipping redis for %v at a time", b.cooldown), err)
+		b.opens.warn(context.Background(), fmt.Sprintf("redis failing; breaker open, skipping redis for %v at a time", b.cooldown), err)
 	}
 }
 
@@ -267,11 +274,13 @@ type sampledLog struct {
 	suppressed int
 }
 
-func (s *sampledLog) warn(msg string, err error) { s.warnTo(s.log, msg, err) }
+// warn logs with ctx, so that the line carries the request id of the
+// request that failed (context.Background() where there is none).
+func (s *sampledLog) warn(ctx context.Context, msg string, err error) { s.warnTo(ctx, s.log, msg, err) }
 
 // warnTo is warn through a logger given at the call, for a sampledLog
 // shared by callers that each have their own.
-func (s *sampledLog) warnTo(log *slog.Logger, msg string, err error) {
+func (s *sampledLog) warnTo(ctx context.Context, log *slog.Logger, msg string, err error) {
 	s.mu.Lock()
 	now := time.Now()
 	if !s.last.IsZero() && now.Sub(s.last) < s.every {
@@ -282,7 +291,7 @@ func (s *sampledLog) warnTo(log *slog.Logger, msg string, err error) {
 	n := s.suppressed
 	s.last, s.suppressed = now, 0
 	s.mu.Unlock()
-	log.Warn(msg, "err", err, "suppressed_since_last", n)
+	log.WarnContext(ctx, msg, "err", err, "suppressed_since_last", n)
 }
 
 // localCache is a Store in front of another Store that keeps the most
@@ -293,23 +302,26 @@ func (s *sampledLog) warnTo(log *slog.Logger, msg string, err error) {
 // least recently used one evicted to make room.
 type localCache struct {
 	Store
-	links *lru.Cache[string, string]
+	links  *lru.Cache[string, string]
+	counts cacheResults // hit and miss; it has no errors of its own
 }
 
-func newLocalCache(store Store, size int) (*localCache, error) {
+func newLocalCache(store Store, size int, counts cacheResults) (*localCache, error) {
 	links, err := lru.New[string, string](size)
 	if err != nil {
 		return nil, fmt.Errorf("local cache: %w", err)
 	}
-	return &localCache{Store: store, links: links}, nil
+	return &localCache{Store: store, links: links, counts: counts}, nil
 }
 
 // Lookup answers from memory if it can, else from the store behind (Redis,
 // then Postgres), remembering what it found. Unknown codes are not kept.
 func (c *localCache) Lookup(ctx context.Context, code string) (string, error) {
 	if url, ok := c.links.Get(code); ok {
+		c.counts.hit.Inc()
 		return url, nil
 	}
+	c.counts.miss.Inc()
 	url, err := c.Store.Lookup(ctx, code)
 	if err == nil {
 		c.links.Add(code, url)

@@ -75,7 +75,7 @@ func newTestCacheTimeout(t *testing.T, store Store, opts *redis.Options, prefix 
 			t.Errorf("close redis: %v", err)
 		}
 	})
-	c := newCachedStore(store, rdb, time.Minute, log)
+	c := newCachedStore(store, rdb, time.Minute, (*metrics)(nil).cacheResults("redis"), log)
 	c.prefix = prefix
 	return c, redis.NewClient(opts)
 }
@@ -444,7 +444,7 @@ func (c *countingStore) Lookup(ctx context.Context, code string) (string, error)
 // one that makes room.
 func TestLocalCache(t *testing.T) {
 	behind := &countingStore{Store: newMemoryStore()}
-	c, err := newLocalCache(behind, 2)
+	c, err := newLocalCache(behind, 2, cacheResults{noCount{}, noCount{}, noCount{}, noCount{}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -474,7 +474,7 @@ func TestLocalCache(t *testing.T) {
 			t.Errorf("step %d: %d lookups reached the store, want %d", i, n, s.reaching)
 		}
 	}
-	if _, err := newLocalCache(behind, 0); err == nil {
+	if _, err := newLocalCache(behind, 0, cacheResults{noCount{}, noCount{}, noCount{}, noCount{}}); err == nil {
 		t.Error("newLocalCache(0) did not fail")
 	}
 }

@@ -37,7 +37,7 @@ func (s syncClicks) Click(ctx context.Context, code string) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	if err := s.write(ctx, []string{code}); err != nil {
-		s.errs.warn("click not recorded", err)
+		s.errs.warn(ctx, "click not recorded", err)
 	}
 }
 
@@ -53,6 +53,7 @@ type clickQueue struct {
 	every    time.Duration
 	log      *slog.Logger
 	errs     *sampledLog
+	obs      clickObservers
 
 	dropped atomic.Int64 // clicks refused because the queue was full
 	written atomic.Int64 // clicks written
@@ -66,8 +67,19 @@ type clickQueue struct {
 
 }
 
-func newClickQueue(write clickWriter, size, maxBatch int, every time.Duration, log *slog.Logger) *clickQueue {
+// clickObservers observe each batch written: how many clicks, how long it
+// took (metrics.go). A nil one observes nothing.
+type clickObservers struct{ batchSize, flushTime observer }
+
+func newClickQueue(write clickWriter, size, maxBatch int, every time.Duration, obs clickObservers, log *slog.Logger) *clickQueue {
+	if obs.batchSize == nil {
+		obs.batchSize = noObserve{}
+	}
+	if obs.flushTime == nil {
+		obs.flushTime = noObserve{}
+	}
 	q := &clickQueue{
+		obs:      obs,
 		ch:       make(chan string, size),
 		write:    write,
 		maxBatch: maxBatch,
@@ -137,9 +149,13 @@ func (q *clickQueue) flush(batch []string) []string {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), clickWriteTimeout)
 	defer cancel()
-	if err := q.write(ctx, batch); err != nil {
+	start := time.Now()
+	err := q.write(ctx, batch)
+	q.obs.flushTime.Observe(time.Since(start).Seconds())
+	q.obs.batchSize.Observe(float64(len(batch)))
+	if err != nil {
 		q.lost.Add(int64(len(batch)))
-		q.errs.warn("clicks not recorded", err)
+		q.errs.warn(ctx, "clicks not recorded", err)
 	} else {
 		q.written.Add(int64(len(batch)))
 	}
@@ -171,7 +187,9 @@ func (q *clickQueue) Close(ctx context.Context) error {
 
 // openClicks makes the recorder that cfg asks for, writing to store, and
 // returns it with the function that drains it at shutdown.
-func openClicks(cfg clickConfig, store Store, log *slog.Logger) (clickRecorder, func(context.Context) error) {
+//
+// With metrics on, the queue's depth, drops and batches are exported.
+func openClicks(cfg clickConfig, store Store, m *metrics, log *slog.Logger) (clickRecorder, func(context.Context) error) {
 	write := clickWriter(store.AddClicks)
 	if pg, ok := store.(*pgStore); ok && cfg.storage == "rows" {
 		write = pg.AddClickRows
@@ -189,7 +207,8 @@ func openClicks(cfg clickConfig, store Store, log *slog.Logger) (clickRecorder, 
 		return syncClicks{write: write, timeout: timeout, errs: &sampledLog{log: log, every: 10 * time.Second}},
 			func(context.Context) error { return nil }
 	default:
-		q := newClickQueue(write, cfg.queue, cfg.batch, cfg.every, log)
+		q := newClickQueue(write, cfg.queue, cfg.batch, cfg.every, m.clickObservers(), log)
+		m.watchClicks(q)
 		return q, q.Close
 	}
 }

@@ -26,7 +26,7 @@ func TestClickQueueWritesEveryClick(t *testing.T) {
 		mu.Unlock()
 		return mem.AddClicks(ctx, codes)
 	}
-	q := newClickQueue(write, 10_000, 100, time.Hour, discardLog)
+	q := newClickQueue(write, 10_000, 100, time.Hour, clickObservers{}, discardLog)
 	const n = 2_345
 	for i := range n {
 		q.Click(context.Background(), fmt.Sprintf("code%03d", i%7))
@@ -55,7 +55,7 @@ func TestClickQueueWritesEveryClick(t *testing.T) {
 // interval, without waiting for a full batch.
 func TestClickQueueFlushesByTime(t *testing.T) {
 	mem := newMemoryStore()
-	q := newClickQueue(mem.AddClicks, 100, 1000, 20*time.Millisecond, discardLog)
+	q := newClickQueue(mem.AddClicks, 100, 1000, 20*time.Millisecond, clickObservers{}, discardLog)
 	t.Cleanup(func() {
 		if err := q.Close(context.Background()); err != nil {
 			t.Error(err)
@@ -85,7 +85,7 @@ func TestClickQueueDropsWhenFull(t *testing.T) {
 		<-unblock
 		return nil
 	}
-	q := newClickQueue(write, 10, 1, time.Hour, discardLog)
+	q := newClickQueue(write, 10, 1, time.Hour, clickObservers{}, discardLog)
 	start := time.Now()
 	const n = 10_000
 	for range n {
@@ -109,7 +109,7 @@ func TestClickQueueDropsWhenFull(t *testing.T) {
 func TestClickQueueCloseGivesUp(t *testing.T) {
 	unblock := make(chan struct{})
 	defer close(unblock)
-	q := newClickQueue(func(context.Context, []string) error { <-unblock; return nil }, 10, 1, time.Hour, discardLog)
+	q := newClickQueue(func(context.Context, []string) error { <-unblock; return nil }, 10, 1, time.Hour, clickObservers{}, discardLog)
 	q.Click(context.Background(), "stuck01")
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
@@ -135,7 +135,7 @@ func TestClicksAddUpAcrossInstances(t *testing.T) {
 			cfg.storage, cfg.batch, cfg.every = storage, 50, 5*time.Millisecond
 			var wg sync.WaitGroup
 			for range 2 {
-				rec, drain := openClicks(cfg, pg, discardLog)
+				rec, drain := openClicks(cfg, pg, nil, discardLog)
 				wg.Go(func() {
 					for i := range 3000 {
 						rec.Click(ctx, codes[(i*7)%3])
@@ -234,7 +234,7 @@ func TestRunCountsEveryClick(t *testing.T) {
 
 func TestLinkInfoAPI(t *testing.T) {
 	forEachStore(t, func(t *testing.T, store Store) {
-		h := newHandler(store, noClicks{}, nil, config{}, discardLog)
+		h := newHandler(store, noClicks{}, nil, nil, config{}, discardLog)
 		if err := store.Save(context.Background(), "apiCod1", "https://example.org/x"); err != nil {
 			t.Fatal(err)
 		}
@@ -282,7 +282,7 @@ func (r *recordedClicks) Click(_ context.Context, code string) {
 func TestRedirectCountsGetNotHead(t *testing.T) {
 	forEachStore(t, func(t *testing.T, store Store) {
 		rec := &recordedClicks{}
-		h := newHandler(store, rec, nil, config{}, discardLog)
+		h := newHandler(store, rec, nil, nil, config{}, discardLog)
 		if err := store.Save(context.Background(), "clkCod1", "https://example.org/c"); err != nil {
 			t.Fatal(err)
 		}
@@ -302,7 +302,7 @@ func TestRedirectCountsGetNotHead(t *testing.T) {
 func TestClickQueueCountsLateClicks(t *testing.T) {
 	mem := newMemoryStore()
 	logs := &syncBuffer{}
-	q := newClickQueue(mem.AddClicks, 100, 10, time.Hour, slog.New(slog.NewTextHandler(logs, nil)))
+	q := newClickQueue(mem.AddClicks, 100, 10, time.Hour, clickObservers{}, slog.New(slog.NewTextHandler(logs, nil)))
 	q.Click(context.Background(), "early01")
 	if err := q.Close(context.Background()); err != nil {
 		t.Fatal(err)

@@ -82,6 +82,12 @@ type config struct {
 	localCache int
 
 	limits limitConfig // MAX_IN_FLIGHT, CREATE_RATE, CREATE_BURST
+
+	// metricsAddr is METRICS_ADDR: where /metrics and /debug/pprof listen,
+	// a private address; "off" means no metrics at all.
+	metricsAddr string
+	logFormat   string // LOG_FORMAT: "text" or "json"
+	accessLog   bool   // ACCESS_LOG: a log line for every request
 }
 
 // limitConfig is how much the service takes on before it says no.
@@ -125,10 +131,17 @@ const (
 	maxLocalCache     = 1_000_000
 )
 
+// defaultMetricsAddr is where /metrics and the profiler listen unless
+// METRICS_ADDR says otherwise: the loopback address only, so that nothing
+// outside the machine reaches them, on the port Go's profiler examples use.
+const defaultMetricsAddr = "127.0.0.1:6060"
+
 // defaultConfig is the configuration with nothing set.
 func defaultConfig() config {
 	return config{
-		addr: ":8080",
+		addr:        ":8080",
+		metricsAddr: defaultMetricsAddr,
+		logFormat:   "text",
 		pool: poolConfig{
 			maxOpen:     defaultMaxOpenConns,
 			maxIdle:     defaultMaxIdleConns,
@@ -183,6 +196,13 @@ func loadConfig(getenv func(string) string) (config, error) {
 	cfg := defaultConfig()
 	env := envReader{getenv: getenv}
 	cfg.addr = env.str("ADDR", cfg.addr)
+	cfg.metricsAddr = env.str("METRICS_ADDR", cfg.metricsAddr)
+	// (Port 0 is the kernel's pick, a different port each time.)
+	if cfg.metricsAddr != "off" && cfg.metricsAddr == cfg.addr && !strings.HasSuffix(cfg.addr, ":0") {
+		env.fail("METRICS_ADDR", cfg.metricsAddr, "want an address other than ADDR's (metrics must not be public), or off")
+	}
+	cfg.logFormat = env.oneOf("LOG_FORMAT", cfg.logFormat, "text", "json")
+	cfg.accessLog = env.bool("ACCESS_LOG", cfg.accessLog)
 	cfg.databaseURL = env.str("DATABASE_URL", "")
 	cfg.pool.maxOpen = env.int("DB_MAX_OPEN_CONNS", cfg.pool.maxOpen)
 	cfg.pool.maxIdle = env.int("DB_MAX_IDLE_CONNS", cfg.pool.maxIdle)

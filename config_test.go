@@ -90,6 +90,14 @@ func TestLoadConfig(t *testing.T) {
 			c.limits.createRate, c.limits.maxInFlight = 0, 0
 			return c
 		}(), false},
+		{"metrics and logs", map[string]string{"METRICS_ADDR": "off", "LOG_FORMAT": "json", "ACCESS_LOG": "1"}, func() config {
+			c := defaultConfig()
+			c.metricsAddr, c.logFormat, c.accessLog = "off", "json", true
+			return c
+		}(), false},
+		{"metrics on the public port", map[string]string{"ADDR": ":9000", "METRICS_ADDR": ":9000"}, config{}, true},
+		{"log format unknown", map[string]string{"LOG_FORMAT": "xml"}, config{}, true},
+		{"access log words", map[string]string{"ACCESS_LOG": "sometimes"}, config{}, true},
 		{"base url without scheme", map[string]string{"BASE_URL": "sho.rt"}, config{}, true},
 		{"base url with path query", map[string]string{"BASE_URL": "https://sho.rt/?x=1"}, config{}, true},
 	}

@@ -105,15 +105,15 @@ func writeError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err er
 	status, msg, retryAfter := errorStatus(err)
 	switch {
 	case status == http.StatusInternalServerError:
-		log.Error("request failed", "method", r.Method, "path", r.URL.Path, "client", clientIPFrom(r.Context()), "err", err)
+		log.ErrorContext(r.Context(), "request failed", "method", r.Method, "path", r.URL.Path, "client", clientIPFrom(r.Context()), "err", err)
 	case errors.Is(err, context.DeadlineExceeded):
 		// A backend was too slow: the operator needs to know which, but
 		// under an outage this is one line per request, so it is sampled.
-		backendSlowLog.warnTo(log, "backend deadline exceeded", err)
+		backendSlowLog.warnTo(r.Context(), log, "backend deadline exceeded", err)
 	case errors.Is(err, ErrBodyTimeout), errors.Is(err, ErrBodyRead):
 		// The client's fault, or the network's, but its detail (which
 		// addresses, which deadline) is only in err, and only here.
-		log.Warn("read request body", "method", r.Method, "path", r.URL.Path, "client", clientIPFrom(r.Context()), "err", err)
+		log.WarnContext(r.Context(), "read request body", "method", r.Method, "path", r.URL.Path, "client", clientIPFrom(r.Context()), "err", err)
 	}
 	if status == http.StatusRequestTimeout {
 		// The rest of the body may still be on its way; the connection

@@ -178,6 +178,16 @@ func handleHealthz() http.Handler {
 // came from reading is never shown as it is; only the decoder's own
 // complaints about the JSON are.
 func decodeJSON(w http.ResponseWriter, r *http.Request, dst any) error {
+	// MaxBytesReader tells net/http's own ResponseWriter that the body was
+	// too large, so that it closes the connection rather than read the
+	// rest; a middleware's wrapper around it would hide that, hence unwrap.
+	for {
+		u, ok := w.(interface{ Unwrap() http.ResponseWriter })
+		if !ok {
+			break
+		}
+		w = u.Unwrap()
+	}
 	body := &readErrReader{r: http.MaxBytesReader(w, r.Body, maxBodyBytes)}
 	dec := json.NewDecoder(body)
 	dec.DisallowUnknownFields()
@@ -262,7 +272,7 @@ func decodeError(err error) error {
 func writeJSON(w http.ResponseWriter, r *http.Request, log *slog.Logger, status int, v any) {
 	body, err := json.Marshal(v)
 	if err != nil {
-		log.Error("encode response", "method", r.Method, "path", r.URL.Path, "err", err)
+		log.ErrorContext(r.Context(), "encode response", "method", r.Method, "path", r.URL.Path, "err", err)
 		status, body = http.StatusInternalServerError, []byte(`{"error":"internal error"}`)
 	}
 	w.Header().Set("Content-Type", "application/json")

@@ -21,7 +21,9 @@ import (
 // GET /healthz is not counted nor refused: a load balancer that asks it
 // whether this process is alive must not be told "no" because the process
 // is busy, or it would take a busy instance out and make the others busier.
-func limitInFlight(max int, log *slog.Logger, next http.Handler) http.Handler {
+//
+// Each refusal is counted in shed.
+func limitInFlight(max int, shed counter, log *slog.Logger, next http.Handler) http.Handler {
 	if max <= 0 {
 		return next
 	}
@@ -33,6 +35,12 @@ func limitInFlight(max int, log *slog.Logger, next http.Handler) http.Handler {
 		}
 		defer n.Add(-1)
 		if n.Add(1) > int64(max) {
+			shed.Inc()
+			// Refused before routing: the metrics and the access log
+			// give it a route of its own, not "unmatched" with the 404s.
+			if info := requestInfoFrom(r.Context()); info != nil {
+				info.route = "shed"
+			}
 			writeError(w, r, log, ErrOverloaded)
 			return
 		}
@@ -41,13 +49,15 @@ func limitInFlight(max int, log *slog.Logger, next http.Handler) http.Handler {
 }
 
 // limitCreates answers 429 with Retry-After to a client that creates links
-// faster than lim allows; lim nil means no limit.
-func limitCreates(lim *createLimiter, log *slog.Logger, next http.Handler) http.Handler {
+// faster than lim allows, counting each refusal in limited; lim nil means no
+// limit.
+func limitCreates(lim *createLimiter, limited counter, log *slog.Logger, next http.Handler) http.Handler {
 	if lim == nil {
 		return next
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if wait := lim.reserve(r.Context(), clientIPFrom(r.Context())); wait > 0 {
+			limited.Inc()
 			writeError(w, r, log, &rateLimitedError{retryAfter: wait})
 			return
 		}
@@ -112,7 +122,7 @@ func (l *createLimiter) reserve(ctx context.Context, ip netip.Addr) time.Duratio
 				return 0
 			}
 			l.rdb.breaker.done(at, err)
-			l.errs.warn("rate limit: redis failed, counting in this process", err)
+			l.errs.warn(ctx, "rate limit: redis failed, counting in this process", err)
 		}
 	}
 	return l.local.reserve(key, time.Now())

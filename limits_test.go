@@ -34,7 +34,7 @@ func TestLimitInFlight(t *testing.T) {
 		<-release
 		w.WriteHeader(http.StatusNoContent)
 	})
-	h := limitInFlight(max, discardLog, slow)
+	h := limitInFlight(max, noCount{}, discardLog, slow)
 	var wg sync.WaitGroup
 	codes := make(chan int, max)
 	for range max {
@@ -240,7 +240,7 @@ func TestCreateLimiterRedisGone(t *testing.T) {
 func TestCreateRateLimitHTTP(t *testing.T) {
 	forEachStore(t, func(t *testing.T, store Store) {
 		l := newTestLimiter(t, 1, 2, nil, "", discardLog)
-		h := newHandler(store, noClicks{}, l, config{}, discardLog)
+		h := newHandler(store, noClicks{}, l, nil, config{}, discardLog)
 		before := countLinks(t, store)
 		post := func(remote string) *httptest.ResponseRecorder {
 			req := httptest.NewRequest("POST", "/shorten", strings.NewReader(`{"url":"https://go.dev/limited"}`))

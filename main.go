@@ -16,6 +16,8 @@ import (
 	"os/signal"
 	"syscall"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // shutdownTimeout bounds how long in-flight requests get to finish once a
@@ -41,10 +43,27 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	log := slog.New(slog.NewTextHandler(stderr, nil))
 	cfg, err := loadConfig(getenv)
 	if err != nil {
 		return err
+	}
+	log := newLogger(cfg.logFormat, stderr)
+
+	// Metrics: a registry of this run's own (never the global one, so that
+	// a test can call run twice), served on a private listener opened
+	// first, so that a port already taken fails the start.
+	var m *metrics
+	var metricsLn net.Listener
+	if cfg.metricsAddr != "off" {
+		m = newMetrics(prometheus.NewRegistry())
+		if metricsLn, err = net.Listen("tcp", cfg.metricsAddr); err != nil {
+			return fmt.Errorf("listen on %s (METRICS_ADDR): %w", cfg.metricsAddr, err)
+		}
+		if a, ok := metricsLn.Addr().(*net.TCPAddr); ok && !a.IP.IsLoopback() {
+			log.Warn("metrics and the profiler listen beyond this machine; keep METRICS_ADDR private (a firewall, or 127.0.0.1)",
+				"addr", metricsLn.Addr().String())
+		}
+		defer metricsLn.Close() //nolint:errcheck // closed by the metrics server's Close first, if it started; a second Close only fails
 	}
 
 	// Open in order, close in reverse: each defer sits right after its
@@ -60,6 +79,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		}
 	}()
 	base := store // the store itself, before any cache
+	if pg, ok := store.(*pgStore); ok {
+		m.watchDB(pg.db)
+	}
 	var rdb *guardedRedis
 	if cfg.redis != nil {
 		rdb = openRedis(ctx, cfg.redis, cfg.redisTimeout, log)
@@ -68,7 +90,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 				log.Error("close redis", "err", err)
 			}
 		}()
-		cache := newCachedStore(store, rdb, cfg.cacheTTL, log)
+		m.watchRedis(rdb.Client)
+		cache := newCachedStore(store, rdb, cfg.cacheTTL, m.cacheResults("redis"), log)
 		cache.prefix = cfg.redisPrefix + cache.prefix
 		store = cache
 		log.Info("cache enabled", "redis", cfg.redis.Addr, "ttl", cfg.cacheTTL, "timeout", cfg.redisTimeout)
@@ -76,7 +99,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if cfg.localCache > 0 && cfg.databaseURL != "" {
 		// (The memory store is a map already: a second one in front of
 		// it would only cost a lock.)
-		if store, err = newLocalCache(store, cfg.localCache); err != nil {
+		if store, err = newLocalCache(store, cfg.localCache, m.cacheResults("local")); err != nil {
 			return err
 		}
 		log.Info("local cache enabled", "size", cfg.localCache)
@@ -88,7 +111,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	log.Info("limits", "max_in_flight", cfg.limits.maxInFlight, "create_rate", cfg.limits.createRate,
 		"create_burst", cfg.limits.createBurst, "shared_through_redis", rdb != nil && limiter != nil)
-	clicks, drainClicks := openClicks(cfg.clicks, base, log)
+	clicks, drainClicks := openClicks(cfg.clicks, base, m, log)
 	defer func() {
 		// run's ctx is cancelled by now; the drain needs a fresh deadline.
 		dctx, cancel := context.WithTimeout(context.Background(), drainTimeout)
@@ -104,11 +127,27 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.addr, err)
 	}
-	srv := newServer(store, clicks, limiter, cfg, log)
+	srv := newServer(store, clicks, limiter, m, cfg, log)
+
+	if m != nil {
+		msrv := newMetricsServer(m, log)
+		go func() {
+			if err := msrv.Serve(metricsLn); !errors.Is(err, http.ErrServerClosed) {
+				log.Error("metrics server", "err", err)
+			}
+		}()
+		// Closed, not shut down gracefully: a scrape cut short is
+		// retried at the next interval, and a profile being taken has
+		// nothing left to profile.
+		defer msrv.Close() //nolint:errcheck // Close only reports the listener's close error, and the process is stopping
+		log.Info("metrics listening", "addr", metricsLn.Addr().String(), "paths", "/metrics /debug/pprof/")
+	} else {
+		log.Info("metrics off")
+	}
 
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
-	log.Info("listening", "addr", ln.Addr().String())
+	log.Info("listening", "addr", ln.Addr().String(), "access_log", cfg.accessLog)
 
 	select {
 	case err := <-serveErr:
@@ -147,4 +186,15 @@ func openStore(ctx context.Context, cfg config, log *slog.Logger) (Store, func()
 		"conn_max_idle_time", cfg.pool.maxIdleTime, "conn_max_lifetime", cfg.pool.maxLifetime,
 		"prepare", cfg.pool.prepare)
 	return pg, pg.Close, nil
+}
+
+// newLogger is the program's one logger: text lines by default, one JSON
+// object per line with LOG_FORMAT=json (for a log collector), and the
+// request id on every line logged for a request.
+func newLogger(format string, w io.Writer) *slog.Logger {
+	var h slog.Handler = slog.NewTextHandler(w, nil)
+	if format == "json" {
+		h = slog.NewJSONHandler(w, nil)
+	}
+	return slog.New(logHandler{h})
 }

@@ -40,13 +40,19 @@ var listeningRE = regexp.MustCompile(`msg=listening addr=(\S+)`)
 
 // startRun starts run() with env as its whole environment and returns the
 // server's base URL, a function that stops it and returns run's error, and
-// the log.
+// the log. Unless env says otherwise, the metrics listen on a port the
+// kernel picks (metricsBase finds it), so that tests can run in parallel.
 func startRun(t *testing.T, env map[string]string) (base string, stop func() error, logs *syncBuffer) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	logs = &syncBuffer{}
 	done := make(chan error, 1)
-	getenv := func(k string) string { return env[k] }
+	getenv := func(k string) string {
+		if v, ok := env[k]; ok || k != "METRICS_ADDR" {
+			return v
+		}
+		return "127.0.0.1:0"
+	}
 	go func() { done <- run(ctx, []string{"shortener"}, getenv, io.Discard, logs) }()
 
 	deadline := time.Now().Add(10 * time.Second)
@@ -209,8 +215,9 @@ func TestRunRefusesBadConfig(t *testing.T) {
 	tests := []map[string]string{
 		{"ADDR": "127.0.0.1:0", "BASE_URL": "sho.rt"},
 		{"ADDR": "127.0.0.1:0", "BASE_URL": "ftp://sho.rt"},
-		{"ADDR": "not an address"},
+		{"ADDR": "not an address", "METRICS_ADDR": "127.0.0.1:0"},
 		{"ADDR": "127.0.0.1:0", "REDIS_URL": "localhost:6379"},
+		{"ADDR": "127.0.0.1:0", "METRICS_ADDR": "not an address"},
 	}
 	for _, env := range tests {
 		err := run(context.Background(), nil, func(k string) string { return env[k] }, io.Discard, io.Discard)

@@ -9,8 +9,8 @@ import (
 // method ("POST /shorten") and a wildcard ("{code}", read with
 // r.PathValue); "GET" patterns answer HEAD too. The most specific pattern
 // wins, so /healthz is never taken for a code.
-func addRoutes(mux *http.ServeMux, store Store, clicks clickRecorder, limiter *createLimiter, cfg config, log *slog.Logger) {
-	mux.Handle("POST /shorten", limitCreates(limiter, log, handleShorten(store, cfg, log)))
+func addRoutes(mux *http.ServeMux, store Store, clicks clickRecorder, limiter *createLimiter, m *metrics, cfg config, log *slog.Logger) {
+	mux.Handle("POST /shorten", limitCreates(limiter, m.limitedCounter(), log, handleShorten(store, cfg, log)))
 	// Without this, GET /{code} would take GET /shorten for a code.
 	mux.Handle("GET /shorten", handleMethodNotAllowed(allowOverrides["/shorten"], log))
 	mux.Handle("GET /healthz", handleHealthz())

@@ -107,7 +107,7 @@ func forEachStore(t *testing.T, fn func(t *testing.T, store Store)) {
 	t.Run("postgres+redis+local", func(t *testing.T) {
 		opts, prefix := testRedis(t)
 		c, _ := newTestCache(t, openTestStore(t), opts, prefix, discardLog)
-		l, err := newLocalCache(c, 100)
+		l, err := newLocalCache(c, 100, (*metrics)(nil).cacheResults("local"))
 		if err != nil {
 			t.Fatal(err)
 		}

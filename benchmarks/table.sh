@@ -101,8 +101,10 @@ while read -r hash subject <&3; do
 	# From step 08 creates are rate-limited per client, and hey is one
 	# client: the limit is set too high to refuse, so that the create row
 	# still measures creates, with the limit's cost (a Redis call) in it.
-	# Steps before 08 ignore the two variables.
-	ADDR=127.0.0.1:0 DATABASE_URL=$dburl REDIS_URL=$redisurl CREATE_RATE=1000000 CREATE_BURST=1000000 \
+	# Steps before 08 ignore the two variables. From step 09 the metrics
+	# listen on a port of their own, also picked by the kernel, and logged
+	# as "metrics listening": not the port to measure.
+	ADDR=127.0.0.1:0 METRICS_ADDR=127.0.0.1:0 DATABASE_URL=$dburl REDIS_URL=$redisurl CREATE_RATE=1000000 CREATE_BURST=1000000 \
 		"$tmp/shortener-$nn" 2>"$out/$nn-server.log" &
 	pid=$!
 	i=0 port=''
@@ -111,7 +113,7 @@ while read -r hash subject <&3; do
 		[ "$i" -lt 300 ] || { echo "table: step $nn did not answer /healthz" >&2; cat "$out/$nn-server.log" >&2; exit 1; }
 		kill -0 "$pid" 2>/dev/null || { echo "table: step $nn exited" >&2; cat "$out/$nn-server.log" >&2; exit 1; }
 		sleep 0.1
-		port=$(sed -n 's/.*"\{0,1\}addr"\{0,1\}[=:]"\{0,1\}127\.0\.0\.1:\([0-9][0-9]*\).*/\1/p' "$out/$nn-server.log" | head -n 1)
+		port=$(grep -v 'metrics listening' "$out/$nn-server.log" | sed -n 's/.*"\{0,1\}addr"\{0,1\}[=:]"\{0,1\}127\.0\.0\.1:\([0-9][0-9]*\).*/\1/p' | head -n 1)
 	done
 	code=''
 	if [ -n "$dburl" ]; then

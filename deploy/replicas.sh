@@ -15,8 +15,13 @@
 # lets N instances fit in Postgres's max_connections. restart reuses the
 # environment that up saw; to change a setting, run down, then up.
 #
+# With PROMETHEUS=1, up also starts Prometheus (deploy/prometheus.yml) on
+# 127.0.0.1:$PROMETHEUS_PORT, scraping every instance's /metrics each second.
+#
 # Settings: NGINX_PORT (8080), APP_PORT_BASE (8081: instance i listens on
-# base+i-1), REPLICAS_DIR (.replicas under the repository: binary, pid files,
+# base+i-1), METRICS_PORT_BASE (6061: instance i's METRICS_ADDR is
+# 127.0.0.1:base+i-1; METRICS_ADDR=off turns metrics off), PROMETHEUS_PORT
+# (9090), REPLICAS_DIR (.replicas under the repository: binary, pid files,
 # logs, nginx's config and logs), NGINX_ACCESS_LOG=1 (access log on),
 # DB_RESERVE_CONNS (20: Postgres connections left for everything else).
 # Later commands read the ports from REPLICAS_DIR; pass the same REPLICAS_DIR.
@@ -32,6 +37,7 @@ case $state in
 *) abs_state=$root/$state ;;
 esac
 ngx_dir=$abs_state/nginx
+prom_dir=$abs_state/prometheus
 
 # An instance that fails max_fails times within fail_timeout is left out
 # for fail_timeout (deploy/nginx.conf explains the choice). restart waits a
@@ -90,11 +96,14 @@ read_pid() {
 app_pidfile() { printf '%s/app-%s.pid' "$abs_state" "$1"; }
 app_log() { printf '%s/app-%s.log' "$abs_state" "$1"; }
 app_port() { printf '%s' $((app_base + $1 - 1)); }
+metrics_port() { printf '%s' $((metrics_base + $1 - 1)); }
 
 # load_state reads the replica count and ports that up recorded.
 load_state() {
 	[ -f "$abs_state/replicas" ] || die "nothing started from $(show "$abs_state") (no $(show "$abs_state")/replicas); run: deploy/replicas.sh up N"
-	read -r count nginx_port app_base <"$abs_state/replicas"
+	read -r count nginx_port app_base metrics_base prom_port <"$abs_state/replicas"
+	# (State written before metrics existed has three fields.)
+	[ -n "$metrics_base" ] || die "$(show "$abs_state")/replicas is from an older version of this script; run deploy/replicas.sh down, then up"
 }
 
 find_nginx() {
@@ -168,6 +177,15 @@ start_instance() {
 		envv+=("$kv")
 	done <"$abs_state/env"
 	printf '=== %s: starting on 127.0.0.1:%s\n' "$(date '+%Y-%m-%d %H:%M:%S')" "$port" >>"$log"
+	# Each instance its own metrics port, unless the saved environment
+	# turns metrics off.
+	case " ${envv[*]} " in
+	*" METRICS_ADDR=off "*) ;;
+	*)
+		port_free "$(metrics_port "$i")" "instance $i's metrics" || return 1
+		envv+=("METRICS_ADDR=127.0.0.1:$(metrics_port "$i")")
+		;;
+	esac
 	# nohup: closing the terminal that ran up must not stop the instances.
 	env -i "${envv[@]}" ADDR="127.0.0.1:$port" nohup "$abs_state/shortener" </dev/null >>"$log" 2>&1 &
 	pid=$!
@@ -233,8 +251,46 @@ stop_nginx() {
 	rm -f "$ngx_dir/nginx.pid"
 }
 
+prometheus_pid() {
+	local pid
+	pid=$(read_pid "$prom_dir/prometheus.pid")
+	if alive "$pid" prometheus; then
+		printf '%s' "$pid"
+	fi
+}
+
+# start_prometheus N PORT: deploy/prometheus.yml, with a targets.json
+# beside it naming the N instances' metrics addresses.
+start_prometheus() {
+	local n=$1 port=$2 i sep='' pid
+	mkdir -p "$prom_dir"
+	cp deploy/prometheus.yml "$prom_dir/prometheus.yml"
+	{
+		printf '[{"labels": {"deployment": "replicas"}, "targets": ['
+		for i in $(seq 1 "$n"); do
+			printf '%s"127.0.0.1:%s"' "$sep" "$(metrics_port "$i")"
+			sep=', '
+		done
+		printf ']}]\n'
+	} >"$prom_dir/targets.json"
+	nohup prometheus --config.file="$prom_dir/prometheus.yml" --storage.tsdb.path="$prom_dir/data" \
+		--storage.tsdb.retention.time=2h --web.listen-address="127.0.0.1:$port" \
+		</dev/null >>"$prom_dir/prometheus.log" 2>&1 &
+	pid=$!
+	printf '%s\n' "$pid" >"$prom_dir/prometheus.pid"
+	local deadline=$((SECONDS + 15))
+	until curl -fs -o /dev/null --max-time 1 "http://127.0.0.1:$port/-/ready"; do
+		if ! alive "$pid" prometheus || [ "$SECONDS" -ge "$deadline" ]; then
+			warn "prometheus did not become ready on 127.0.0.1:$port; $(show "$prom_dir")/prometheus.log:"
+			tail -n 20 "$prom_dir/prometheus.log" >&2 || true
+			return 1
+		fi
+		sleep 0.2
+	done
+}
+
 # stop_all N: nginx first, so that no request is sent to an instance that is
-# going away, then the instances.
+# going away, then the instances, then Prometheus.
 stop_all() {
 	local n=$1 i pid
 	stop_nginx
@@ -246,6 +302,12 @@ stop_all() {
 		fi
 		rm -f "$(app_pidfile "$i")"
 	done
+	pid=$(prometheus_pid)
+	if [ -n "$pid" ]; then
+		stop_pid "$pid" prometheus TERM prometheus
+		say "stopped prometheus (pid $pid)"
+	fi
+	rm -f "$prom_dir/prometheus.pid"
 }
 
 # running_anything: true if any pid file in the state directory names a
@@ -257,7 +319,7 @@ running_anything() {
 		pid=$(read_pid "$f")
 		alive "$pid" shortener && return 0
 	done
-	[ -n "$(nginx_pid)" ]
+	[ -n "$(nginx_pid)" ] || [ -n "$(prometheus_pid)" ]
 }
 
 # size_pool N: with DATABASE_URL, sets DB_MAX_OPEN_CONNS and DB_MAX_IDLE_CONNS
@@ -320,10 +382,28 @@ cmd_up() {
 	whole_number N "$n"
 	[ "$n" -ge 1 ] || die "N=$n: want 1 or more instances"
 	local port=${NGINX_PORT:-8080} base=${APP_PORT_BASE:-8081}
+	local mbase=${METRICS_PORT_BASE:-6061} pport=${PROMETHEUS_PORT:-9090}
 	whole_number NGINX_PORT "$port"
 	whole_number APP_PORT_BASE "$base"
+	whole_number METRICS_PORT_BASE "$mbase"
+	whole_number PROMETHEUS_PORT "$pport"
 	if [ "$port" -ge "$base" ] && [ "$port" -lt $((base + n)) ]; then
 		die "NGINX_PORT=$port falls among the instances' ports $base-$((base + n - 1))"
+	fi
+	if [ "$mbase" -lt $((base + n)) ] && [ "$base" -lt $((mbase + n)) ]; then
+		die "METRICS_PORT_BASE=$mbase: the metrics ports $mbase-$((mbase + n - 1)) overlap the instances' $base-$((base + n - 1))"
+	fi
+	# Every port this starts, against every other: nginx, the instances,
+	# their metrics, Prometheus.
+	ranges_overlap() { [ "$1" -lt $(($3 + $4)) ] && [ "$3" -lt $(($1 + $2)) ]; }
+	if ranges_overlap "$port" 1 "$mbase" "$n" || ranges_overlap "$pport" 1 "$mbase" "$n" ||
+		ranges_overlap "$pport" 1 "$base" "$n" || [ "$pport" = "$port" ]; then
+		die "NGINX_PORT=$port, APP_PORT_BASE=$base, METRICS_PORT_BASE=$mbase and PROMETHEUS_PORT=$pport overlap for $n instances"
+	fi
+	if [ "${PROMETHEUS:-}" = 1 ]; then
+		[ "${METRICS_ADDR:-}" != off ] || die "PROMETHEUS=1 with METRICS_ADDR=off: there would be nothing to scrape"
+		command -v prometheus >/dev/null ||
+			die "PROMETHEUS=1 but prometheus is not installed (Debian/Ubuntu: sudo apt-get install prometheus; the system's service need not run)"
 	fi
 	command -v curl >/dev/null || die "curl is missing (Debian/Ubuntu: sudo apt-get install curl)"
 	find_nginx
@@ -334,6 +414,9 @@ cmd_up() {
 	fi
 	rm -f "$abs_state"/app-*.pid "$ngx_dir/nginx.pid"
 	port_free "$port" nginx || die "choose another NGINX_PORT"
+	if [ "${PROMETHEUS:-}" = 1 ]; then
+		port_free "$pport" prometheus || die "choose another PROMETHEUS_PORT"
+	fi
 
 	size_pool "$n"
 	export BASE_URL=${BASE_URL:-http://127.0.0.1:$port}
@@ -352,8 +435,8 @@ cmd_up() {
 			printf '%s=%s\0' "$name" "${!name}"
 		done >"$abs_state/env"
 	)
-	printf '%s %s %s\n' "$n" "$port" "$base" >"$abs_state/replicas"
-	count=$n nginx_port=$port app_base=$base
+	printf '%s %s %s %s %s\n' "$n" "$port" "$base" "$mbase" "$pport" >"$abs_state/replicas"
+	count=$n nginx_port=$port app_base=$base metrics_base=$mbase prom_port=$pport
 
 	# From here on, a failure or ^C stops whatever was started.
 	trap 'fail_up' INT TERM
@@ -361,8 +444,12 @@ cmd_up() {
 		if ! start_instance "$i" || ! wait_healthy "$i"; then
 			fail_up
 		fi
-		say "instance $i: pid $(read_pid "$(app_pidfile "$i")") on 127.0.0.1:$(app_port "$i"), log $(show "$(app_log "$i")")"
+		say "instance $i: pid $(read_pid "$(app_pidfile "$i")") on 127.0.0.1:$(app_port "$i")$(metrics_note "$i"), log $(show "$(app_log "$i")")"
 	done
+	if [ "${PROMETHEUS:-}" = 1 ]; then
+		start_prometheus "$n" "$pport" || fail_up
+		say "prometheus: pid $(prometheus_pid) on 127.0.0.1:$pport, scraping $n instances each second, log $(show "$prom_dir")/prometheus.log"
+	fi
 	if ! ngx; then
 		warn "nginx did not start; $(show "$ngx_dir")/error.log:"
 		tail -n 20 "$ngx_dir/error.log" >&2 || true
@@ -386,6 +473,13 @@ cmd_up() {
 		say "stop: REPLICAS_DIR=$REPLICAS_DIR deploy/replicas.sh down"
 	else
 		say "stop: deploy/replicas.sh down"
+	fi
+}
+
+# metrics_note I: where instance I's metrics listen, for the messages.
+metrics_note() {
+	if [ "${METRICS_ADDR:-}" != off ]; then
+		printf ', metrics 127.0.0.1:%s' "$(metrics_port "$1")"
 	fi
 }
 
@@ -424,6 +518,10 @@ cmd_status() {
 	else
 		say "nginx: not running (127.0.0.1:$nginx_port)"
 		ok=1
+	fi
+	pid=$(prometheus_pid)
+	if [ -n "$pid" ]; then
+		say "prometheus: pid $pid on 127.0.0.1:$prom_port"
 	fi
 	return "$ok"
 }

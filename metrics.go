@@ -1,0 +1,308 @@
+package main
+
+import (
+	"database/sql"
+	"log/slog"
+	"net/http"
+	"net/http/pprof"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/redis/go-redis/v9"
+)
+
+// metricsNamespace prefixes every metric this program defines, so that on a
+// Prometheus shared with other services its series are easy to find.
+const metricsNamespace = "shortener"
+
+// durationBuckets are the upper bounds, in seconds, of the request duration
+// histogram. Chosen for this service: a redirect from the process's own
+// cache takes tens of microseconds, one from Redis a few hundred, one from
+// Postgres about a millisecond, a create a few (docs/04 to docs/08); the
+// deadlines are 50 ms (REDIS_TIMEOUT), 500 ms (DB_TIMEOUT) and 2 s (a
+// create's body), so a bound sits on each of them and a request cut short
+// by one shows up in its own bucket. Fourteen bounds, plus +Inf, a sum and
+// a count, for each of seven route values (four routes, GET /shorten's
+// 405, unmatched and shed) is 119 series: cheap to scrape and store.
+var durationBuckets = []float64{
+	0.0001, 0.00025, 0.0005, // cache hits
+	0.001, 0.0025, 0.005, 0.01, 0.025, // Redis, Postgres, creates
+	0.05,      // REDIS_TIMEOUT
+	0.1, 0.25, // a backend struggling
+	0.5,  // DB_TIMEOUT
+	1, 2, // a create's body deadline
+}
+
+// clickBatchBuckets are batch sizes: one click, a trickle, up to
+// CLICK_BATCH's default of 1,000 and its greatest, 100,000.
+var clickBatchBuckets = []float64{1, 10, 100, 1000, 10_000, 100_000}
+
+// clickFlushBuckets are how long writing a batch takes, in seconds, up to
+// its deadline (clickWriteTimeout, 5 s).
+var clickFlushBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5}
+
+// metrics is what the service measures about itself. A nil *metrics means
+// instrumentation off (METRICS_ADDR=off): its methods hand out counters
+// that count nothing, and the middleware that times requests is left out.
+//
+// No label ever holds a short code, a URL or a client's address: each
+// would make one series per link or per client, and the number of series
+// (what Prometheus pays for in memory) would grow without bound. Routes
+// are labelled by the pattern that matched ("GET /{code}"), methods and
+// statuses by a fixed set of values.
+type metrics struct {
+	reg      *prometheus.Registry
+	requests *prometheus.CounterVec   // method, route, status
+	duration *prometheus.HistogramVec // route
+	inFlight prometheus.Gauge
+	shed     prometheus.Counter // 503: MAX_IN_FLIGHT reached
+	limited  prometheus.Counter // 429: CREATE_RATE reached
+	cache    *prometheus.CounterVec
+	batch    prometheus.Histogram
+	flush    prometheus.Histogram
+}
+
+func newMetrics(reg *prometheus.Registry) *metrics {
+	f := func(c prometheus.Collector) prometheus.Collector { reg.MustRegister(c); return c }
+	opts := func(name, help string) prometheus.Opts {
+		return prometheus.Opts{Namespace: metricsNamespace, Name: name, Help: help}
+	}
+	m := &metrics{reg: reg}
+	m.requests = f(prometheus.NewCounterVec(prometheus.CounterOpts(opts("http_requests_total",
+		"HTTP requests answered, by method, route pattern and status.")),
+		[]string{"method", "route", "status"})).(*prometheus.CounterVec)
+	m.duration = f(prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: metricsNamespace,
+		Name: "http_request_duration_seconds", Help: "Time from a request's headers read to its answer written, by route pattern.",
+		Buckets: durationBuckets}, []string{"route"})).(*prometheus.HistogramVec)
+	m.inFlight = f(prometheus.NewGauge(prometheus.GaugeOpts(opts("http_requests_in_flight",
+		"Requests being served now.")))).(prometheus.Gauge)
+	m.shed = f(prometheus.NewCounter(prometheus.CounterOpts(opts("http_requests_shed_total",
+		"Requests refused with 503 because MAX_IN_FLIGHT were in flight.")))).(prometheus.Counter)
+	m.limited = f(prometheus.NewCounter(prometheus.CounterOpts(opts("creates_rate_limited_total",
+		"Creates refused with 429 because the client used up CREATE_RATE.")))).(prometheus.Counter)
+	m.cache = f(prometheus.NewCounterVec(prometheus.CounterOpts(opts("cache_lookups_total",
+		"Cache lookups, by cache (local, redis) and result (hit, miss, error, skipped: breaker open).")),
+		[]string{"cache", "result"})).(*prometheus.CounterVec)
+	m.batch = f(prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: metricsNamespace,
+		Name: "click_batch_size", Help: "Clicks written per batch.", Buckets: clickBatchBuckets})).(prometheus.Histogram)
+	m.flush = f(prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: metricsNamespace,
+		Name: "click_flush_duration_seconds", Help: "Time to write one batch of clicks.", Buckets: clickFlushBuckets})).(prometheus.Histogram)
+	reg.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+	// Every route answers with a series from the first scrape, so that a
+	// rate() over a route that has had no error yet is 0, not absent.
+	for _, route := range []string{"GET /{code}", "POST /shorten", "GET /api/links/{code}", "GET /healthz"} {
+		m.duration.WithLabelValues(route)
+	}
+	for _, c := range []string{"local", "redis"} {
+		for _, r := range []string{"hit", "miss", "error", "skipped"} {
+			m.cache.WithLabelValues(c, r)
+		}
+	}
+	return m
+}
+
+// counter is what the code that counts needs of a Prometheus counter, so
+// that with metrics off it can be handed one that does nothing.
+type counter interface{ Inc() }
+
+type noCount struct{}
+
+func (noCount) Inc() {}
+
+// observer is counter's twin for histograms.
+type observer interface{ Observe(float64) }
+
+type noObserve struct{}
+
+func (noObserve) Observe(float64) {}
+
+func (m *metrics) shedCounter() counter {
+	if m == nil {
+		return noCount{}
+	}
+	return m.shed
+}
+
+func (m *metrics) limitedCounter() counter {
+	if m == nil {
+		return noCount{}
+	}
+	return m.limited
+}
+
+// cacheResults are the four counters of one cache.
+type cacheResults struct{ hit, miss, err, skipped counter }
+
+func (m *metrics) cacheResults(cache string) cacheResults {
+	if m == nil {
+		return cacheResults{noCount{}, noCount{}, noCount{}, noCount{}}
+	}
+	return cacheResults{
+		hit:     m.cache.WithLabelValues(cache, "hit"),
+		miss:    m.cache.WithLabelValues(cache, "miss"),
+		err:     m.cache.WithLabelValues(cache, "error"),
+		skipped: m.cache.WithLabelValues(cache, "skipped"),
+	}
+}
+
+func (m *metrics) clickObservers() clickObservers {
+	if m == nil {
+		return clickObservers{}
+	}
+	return clickObservers{batchSize: m.batch, flushTime: m.flush}
+}
+
+// watchClicks exports the click queue's own counters, read at each scrape:
+// nothing on the request's path pays for them.
+func (m *metrics) watchClicks(q *clickQueue) {
+	if m == nil || q == nil {
+		return
+	}
+	m.reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: metricsNamespace, Name: "click_queue_depth",
+			Help: "Clicks waiting in the queue."}, func() float64 { return float64(len(q.ch)) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: metricsNamespace, Name: "click_queue_capacity",
+			Help: "Clicks the queue holds before it drops (CLICK_QUEUE_SIZE)."}, func() float64 { return float64(cap(q.ch)) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: metricsNamespace, Name: "clicks_dropped_total",
+			Help: "Clicks dropped because the queue was full."}, func() float64 { return float64(q.dropped.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: metricsNamespace, Name: "clicks_written_total",
+			Help: "Clicks written to the store."}, func() float64 { return float64(q.written.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: metricsNamespace, Name: "clicks_lost_total",
+			Help: "Clicks whose batch failed to write."}, func() float64 { return float64(q.lost.Load()) }),
+	)
+}
+
+// watchDB exports database/sql's pool statistics (open, in use, idle,
+// waits and time waited for a connection).
+func (m *metrics) watchDB(db *sql.DB) {
+	if m == nil {
+		return
+	}
+	m.reg.MustRegister(collectors.NewDBStatsCollector(db, metricsNamespace))
+}
+
+// watchRedis exports go-redis's pool statistics.
+func (m *metrics) watchRedis(rdb *redis.Client) {
+	if m == nil {
+		return
+	}
+	m.reg.MustRegister(redisPoolCollector{rdb: rdb})
+}
+
+// redisPoolCollector reads go-redis's PoolStats at each scrape. go-redis
+// has no Prometheus collector of its own (its instrumentation is
+// OpenTelemetry), hence this one.
+type redisPoolCollector struct{ rdb *redis.Client }
+
+var redisPoolDescs = struct {
+	hits, misses, timeouts, total, idle, stale *prometheus.Desc
+}{
+	hits: prometheus.NewDesc(metricsNamespace+"_redis_pool_hits_total",
+		"Times a free connection was found in the pool.", nil, nil),
+	misses: prometheus.NewDesc(metricsNamespace+"_redis_pool_misses_total",
+		"Times no free connection was in the pool (one was dialled or waited for).", nil, nil),
+	timeouts: prometheus.NewDesc(metricsNamespace+"_redis_pool_timeouts_total",
+		"Times waiting for a free connection timed out (PoolTimeout).", nil, nil),
+	total: prometheus.NewDesc(metricsNamespace+"_redis_pool_connections",
+		"Connections in the pool.", nil, nil),
+	idle: prometheus.NewDesc(metricsNamespace+"_redis_pool_idle_connections",
+		"Idle connections in the pool.", nil, nil),
+	stale: prometheus.NewDesc(metricsNamespace+"_redis_pool_stale_connections_total",
+		"Connections closed because they were too old or idle too long.", nil, nil),
+}
+
+func (c redisPoolCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- redisPoolDescs.hits
+	ch <- redisPoolDescs.misses
+	ch <- redisPoolDescs.timeouts
+	ch <- redisPoolDescs.total
+	ch <- redisPoolDescs.idle
+	ch <- redisPoolDescs.stale
+}
+
+func (c redisPoolCollector) Collect(ch chan<- prometheus.Metric) {
+	s := c.rdb.PoolStats()
+	ch <- prometheus.MustNewConstMetric(redisPoolDescs.hits, prometheus.CounterValue, float64(s.Hits))
+	ch <- prometheus.MustNewConstMetric(redisPoolDescs.misses, prometheus.CounterValue, float64(s.Misses))
+	ch <- prometheus.MustNewConstMetric(redisPoolDescs.timeouts, prometheus.CounterValue, float64(s.Timeouts))
+	ch <- prometheus.MustNewConstMetric(redisPoolDescs.total, prometheus.GaugeValue, float64(s.TotalConns))
+	ch <- prometheus.MustNewConstMetric(redisPoolDescs.idle, prometheus.GaugeValue, float64(s.IdleConns))
+	ch <- prometheus.MustNewConstMetric(redisPoolDescs.stale, prometheus.CounterValue, float64(s.StaleConns))
+}
+
+// observed records one answered request. route is the pattern that
+// matched, or "" when none did (a 404 or 405 from the mux, or a request
+// shed before routing).
+func (m *metrics) observed(method, route string, status int, took time.Duration) {
+	if route == "" {
+		route = "unmatched"
+	}
+	m.requests.WithLabelValues(methodLabel(method), route, statusLabel(status)).Inc()
+	m.duration.WithLabelValues(route).Observe(took.Seconds())
+}
+
+// methodLabel folds every method a client can invent into one value.
+func methodLabel(m string) string {
+	switch m {
+	case http.MethodGet, http.MethodHead, http.MethodPost:
+		return m
+	default:
+		return "other"
+	}
+}
+
+// statusLabel is the status as a label without an allocation for the
+// common ones (strconv.Itoa allocates for numbers past 99).
+func statusLabel(s int) string {
+	switch s {
+	case http.StatusOK:
+		return "200"
+	case http.StatusCreated:
+		return "201"
+	case http.StatusFound:
+		return "302"
+	case http.StatusNotFound:
+		return "404"
+	case http.StatusTooManyRequests:
+		return "429"
+	case http.StatusServiceUnavailable:
+		return "503"
+	}
+	return strconv.Itoa(s)
+}
+
+// newMetricsServer serves /metrics and Go's profiler on a listener of its
+// own. It must never be reachable from outside: the profiler can be made to
+// spend CPU on demand, and /metrics says a lot about the service. Handlers
+// are registered one by one rather than through net/http/pprof's import side
+// effect, which puts them on http.DefaultServeMux, a mux no server of this
+// program serves.
+func newMetricsServer(m *metrics, log *slog.Logger) *http.Server {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelError),
+		// A scrape that fails to gather one metric still returns the
+		// others, and the failure is logged.
+		ErrorHandling: promhttp.ContinueOnError,
+	}))
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	return &http.Server{
+		Handler:           mux,
+		ReadHeaderTimeout: 5 * time.Second,
+		// No WriteTimeout: a CPU profile takes as long as it is asked
+		// to (?seconds=30), and pprof refuses one longer than the
+		// server's write deadline.
+		IdleTimeout: 60 * time.Second,
+		ErrorLog:    slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+}
