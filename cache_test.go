@@ -296,6 +296,17 @@ func (p *tcpProxy) pump(dst, src net.Conn) {
 
 func (p *tcpProxy) stall() { p.stalled.Store(true) }
 
+// drop closes every connection open now, as a network failure would; new
+// connections are still accepted.
+func (p *tcpProxy) drop() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.conns {
+		c.Close() //nolint:errcheck // a connection closed twice is expected here
+	}
+	p.conns = nil
+}
+
 func (p *tcpProxy) cut() {
 	p.closed.Store(true)
 	p.ln.Close() //nolint:errcheck // closing twice (cut, then cleanup) is expected

@@ -62,6 +62,7 @@ type config struct {
 	baseHost string
 
 	databaseURL string     // DATABASE_URL: Postgres; empty means the memory store
+	replicaURL  string     // DATABASE_REPLICA_URL: a streaming replica to read from; empty means none
 	pool        poolConfig // DB_MAX_OPEN_CONNS, DB_MAX_IDLE_CONNS, DB_CONN_MAX_IDLE_TIME, DB_CONN_MAX_LIFETIME, DB_PREPARE
 
 	// trustedProxies is TRUSTED_PROXIES: the peers whose X-Forwarded-For
@@ -87,7 +88,12 @@ type config struct {
 	// a private address; "off" means no metrics at all.
 	metricsAddr string
 	logFormat   string // LOG_FORMAT: "text" or "json"
-	accessLog   bool   // ACCESS_LOG: a log line for every request
+
+	// createBatch is CREATE_BATCH: with Postgres, how many links one
+	// transaction may save for as many creates (group commit); 1 = a
+	// transaction per create.
+	createBatch int
+	accessLog   bool // ACCESS_LOG: a log line for every request
 }
 
 // limitConfig is how much the service takes on before it says no.
@@ -136,12 +142,18 @@ const (
 // outside the machine reaches them, on the port Go's profiler examples use.
 const defaultMetricsAddr = "127.0.0.1:6060"
 
+// defaultCreateBatch bounds a group commit's batch: with 50 clients
+// creating at once, batches hold tens of links (docs/10); the bound only
+// matters under more than that, and keeps one statement's arrays small.
+const defaultCreateBatch = 128
+
 // defaultConfig is the configuration with nothing set.
 func defaultConfig() config {
 	return config{
 		addr:        ":8080",
 		metricsAddr: defaultMetricsAddr,
 		logFormat:   "text",
+		createBatch: defaultCreateBatch,
 		pool: poolConfig{
 			maxOpen:     defaultMaxOpenConns,
 			maxIdle:     defaultMaxIdleConns,
@@ -203,7 +215,12 @@ func loadConfig(getenv func(string) string) (config, error) {
 	}
 	cfg.logFormat = env.oneOf("LOG_FORMAT", cfg.logFormat, "text", "json")
 	cfg.accessLog = env.bool("ACCESS_LOG", cfg.accessLog)
+	cfg.createBatch = env.intIn("CREATE_BATCH", cfg.createBatch, 1, 10_000)
 	cfg.databaseURL = env.str("DATABASE_URL", "")
+	cfg.replicaURL = env.str("DATABASE_REPLICA_URL", "")
+	if cfg.replicaURL != "" && cfg.databaseURL == "" {
+		env.fail("DATABASE_REPLICA_URL", "(not shown)", "a replica needs its primary: set DATABASE_URL too")
+	}
 	cfg.pool.maxOpen = env.int("DB_MAX_OPEN_CONNS", cfg.pool.maxOpen)
 	cfg.pool.maxIdle = env.int("DB_MAX_IDLE_CONNS", cfg.pool.maxIdle)
 	cfg.pool.maxIdleTime = env.duration("DB_CONN_MAX_IDLE_TIME", cfg.pool.maxIdleTime)

@@ -24,7 +24,7 @@ func TestLoadConfig(t *testing.T) {
 		}, func() config {
 			c := defaultConfig()
 			c.addr, c.baseURL, c.baseHost, c.databaseURL = "127.0.0.1:9000", "https://Sho.RT", "sho.rt", "postgres://x"
-			c.pool = poolConfig{16, 4, 90 * time.Second, 0, false, 2 * time.Second, 0}
+			c.pool = poolConfig{16, 4, 90 * time.Second, 0, false, 2 * time.Second, false, 0}
 			c.clicks.syncTimeout = 2 * time.Second
 			c.redisTimeout, c.localCache = 20*time.Millisecond, 0
 			c.limits = limitConfig{maxInFlight: 0, createRate: 5, createBurst: 1}
@@ -96,6 +96,7 @@ func TestLoadConfig(t *testing.T) {
 			return c
 		}(), false},
 		{"metrics on the public port", map[string]string{"ADDR": ":9000", "METRICS_ADDR": ":9000"}, config{}, true},
+		{"replica without primary", map[string]string{"DATABASE_REPLICA_URL": "postgres://x"}, config{}, true},
 		{"log format unknown", map[string]string{"LOG_FORMAT": "xml"}, config{}, true},
 		{"access log words", map[string]string{"ACCESS_LOG": "sometimes"}, config{}, true},
 		{"base url without scheme", map[string]string{"BASE_URL": "sho.rt"}, config{}, true},

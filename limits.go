@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/netip"
@@ -78,6 +80,10 @@ func limitCreates(lim *createLimiter, limited counter, log *slog.Logger, next ht
 // and told to come back when it would not. A key whose tat has passed
 // means a client at full allowance, which is the same as no key at all, so
 // every key can expire at its tat: idle clients take no memory anywhere.
+//
+// Creates that arrive together are counted together: their keys go to
+// Redis in one script call, one round trip for all of them, as the group
+// commit does for their inserts (docs/10).
 type createLimiter struct {
 	interval time.Duration // 1/rate
 	burst    int
@@ -85,21 +91,59 @@ type createLimiter struct {
 	prefix   string
 	local    *localGCRA
 	errs     *sampledLog
+
+	queue    chan *pendingReserve // to the workers, with rdb only
+	stop     chan struct{}
+	stopOnce sync.Once
+	done     sync.WaitGroup
 }
+
+// pendingReserve is one create waiting for its batch's answer from Redis.
+type pendingReserve struct {
+	key  string
+	done chan reserveResult // buffered: a worker never waits for a create that left
+}
+
+type reserveResult struct {
+	wait time.Duration
+	ok   bool // false: Redis did not answer; count in this process
+}
+
+// limiterBatch bounds the keys sent to Redis in one script call, and
+// limiterWorkers is how many calls can be in flight at once.
+const (
+	limiterBatch   = 64
+	limiterWorkers = 2
+)
 
 // rateKeyPrefix namespaces the rate limit's keys in Redis.
 const rateKeyPrefix = "rate:create:"
 
 func newCreateLimiter(rate, burst int, rdb *guardedRedis, log *slog.Logger) *createLimiter {
 	interval := time.Second / time.Duration(rate)
-	return &createLimiter{
+	l := &createLimiter{
 		interval: interval,
 		burst:    burst,
 		rdb:      rdb,
 		prefix:   rateKeyPrefix,
 		local:    newLocalGCRA(interval, burst, maxLocalClients),
 		errs:     &sampledLog{log: log, every: 10 * time.Second},
+		stop:     make(chan struct{}),
 	}
+	if rdb != nil {
+		l.queue = make(chan *pendingReserve, limiterBatch*limiterWorkers)
+		for range limiterWorkers {
+			l.done.Go(l.run)
+		}
+	}
+	return l
+}
+
+// close stops the workers that talk to Redis; call it once no request
+// can reach the limiter any more.
+func (l *createLimiter) close() {
+	l.stopOnce.Do(func() { close(l.stop) })
+	l.done.Wait()
 }
 
 // reserve takes one create from ip's allowance and returns 0, or, if there
@@ -107,26 +151,86 @@ func newCreateLimiter(rate, burst int, rdb *guardedRedis, log *slog.Logger) *cre
 func (l *createLimiter) reserve(ctx context.Context, ip netip.Addr) time.Duration {
 	key := clientKey(ip)
 	if l.rdb != nil {
-		if ok, at := l.rdb.breaker.allow(); ok {
-			cctx, cancel := context.WithTimeout(ctx, l.rdb.timeout)
-			wait, err := gcraScript.Run(cctx, l.rdb, []string{l.prefix + key},
-				l.interval.Microseconds(), l.burst).Int64()
-			cancel()
-			switch {
-			case err == nil:
-				l.rdb.breaker.done(at, nil)
-				return time.Duration(wait) * time.Microsecond
-			case ctx.Err() != nil:
-				// The client went away: nothing to count, and not
-				// Redis's fault. The handler fails on the same ctx.
+		p := &pendingReserve{key: l.prefix + key, done: make(chan reserveResult, 1)}
+		select {
+		case l.queue <- p:
+			select {
+			case res := <-p.done:
+				if res.ok {
+					return res.wait
+				}
+			case <-ctx.Done():
+				// The client went away: nothing to count. The
+				// handler fails on the same ctx.
 				return 0
 			}
-			l.rdb.breaker.done(at, err)
-			l.errs.warn(ctx, "rate limit: redis failed, counting in this process", err)
+		case <-ctx.Done():
+			return 0
+		case <-l.stop:
 		}
 	}
 	return l.local.reserve(key, time.Now())
 }
+
+// run takes the first create waiting and every other one already queued,
+// up to limiterBatch, and counts them in one call to Redis.
+func (l *createLimiter) run() {
+	batch := make([]*pendingReserve, 0, limiterBatch)
+	keys := make([]string, 0, limiterBatch)
+	for {
+		select {
+		case p := <-l.queue:
+			batch = append(batch[:0], p)
+		case <-l.stop:
+			return
+		}
+	fill:
+		for len(batch) < limiterBatch {
+			select {
+			case p := <-l.queue:
+				batch = append(batch, p)
+			default:
+				break fill
+			}
+		}
+		keys = keys[:0]
+		for _, p := range batch {
+			keys = append(keys, p.key)
+		}
+		waits, err := l.count(keys)
+		for i, p := range batch {
+			if err != nil {
+				p.done <- reserveResult{}
+			} else {
+				p.done <- reserveResult{wait: time.Duration(waits[i]) * time.Microsecond, ok: true}
+			}
+		}
+	}
+}
+
+// count runs the script for keys, through the breaker, within the Redis
+// timeout, and returns each key's wait in microseconds.
+func (l *createLimiter) count(keys []string) ([]int64, error) {
+	ok, at := l.rdb.breaker.allow()
+	if !ok {
+		return nil, errBreakerOpen
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), l.rdb.timeout)
+	defer cancel()
+	waits, err := gcraScript.Run(ctx, l.rdb, keys, l.interval.Microseconds(), l.burst).Int64Slice()
+	if err == nil && len(waits) != len(keys) {
+		err = fmt.Errorf("rate limit: script answered %d waits for %d keys", len(waits), len(keys))
+	}
+	l.rdb.breaker.done(at, err)
+	if err != nil {
+		l.errs.warn(ctx, "rate limit: redis failed, counting in this process", err)
+		return nil, err
+	}
+	return waits, nil
+}
+
+// errBreakerOpen means Redis was not asked: its breaker is open.
+var errBreakerOpen = errors.New("redis breaker open")
 
 // clientKey is what a client is known by: its IPv4 address, or the /64 an
 // IPv6 address is in, since one IPv6 host is handed a whole /64 and could
@@ -144,22 +248,30 @@ func clientKey(ip netip.Addr) string {
 
 // gcraScript is GCRA in Redis: one round trip, atomic (Redis runs a script
 // with nothing else in between), on Redis's clock so that instances whose
-// clocks differ still agree. KEYS[1] is the client's key; ARGV[1] the
-// interval between creates at the limit, in microseconds; ARGV[2] the
-// burst. It returns 0 if the create is allowed, else microseconds to wait.
+// clocks differ still agree. KEYS are the clients' keys of one batch, one
+// per create (a key may repeat: each create counts, in order); ARGV[1] is
+// the interval between creates at the limit, in microseconds; ARGV[2] the
+// burst. It returns, for each key, 0 if that create is allowed, else
+// microseconds to wait. (On a Redis Cluster the keys of one call must
+// share a slot; this service uses one Redis.)
 var gcraScript = redis.NewScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local interval = tonumber(ARGV[1])
 local tolerance = interval * tonumber(ARGV[2])
-local tat = tonumber(redis.call('GET', KEYS[1])) or now
-if tat < now then tat = now end
-local new_tat = tat + interval
-if new_tat - now > tolerance then
-  return new_tat - tolerance - now
+local waits = {}
+for i, key in ipairs(KEYS) do
+  local tat = tonumber(redis.call('GET', key)) or now
+  if tat < now then tat = now end
+  local new_tat = tat + interval
+  if new_tat - now > tolerance then
+    waits[i] = new_tat - tolerance - now
+  else
+    redis.call('SET', key, new_tat, 'PX', math.ceil((new_tat - now) / 1000))
+    waits[i] = 0
+  end
 end
-redis.call('SET', KEYS[1], new_tat, 'PX', math.ceil((new_tat - now) / 1000))
-return 0
+return waits
 `)
 
 // maxLocalClients bounds the clients the in-process fallback tracks at once.

@@ -161,6 +161,7 @@ func newTestLimiter(t *testing.T, rate, burst int, opts *redis.Options, prefix s
 	}
 	l := newCreateLimiter(rate, burst, rdb, log)
 	l.prefix = prefix + l.prefix
+	t.Cleanup(l.close) // before the Redis client closes: cleanups run last-in first-out
 	return l
 }
 
@@ -266,4 +267,34 @@ func TestCreateRateLimitHTTP(t *testing.T) {
 			t.Errorf("%d links stored, want 3 (the refused one stores nothing)", n)
 		}
 	})
+}
+
+// TestCreateLimiterBatched sends many creates at once, from two clients,
+// so that they reach Redis in shared script calls: each client still gets
+// exactly its burst, no more, however the creates were batched.
+func TestCreateLimiterBatched(t *testing.T) {
+	opts, prefix := testRedis(t)
+	l := newTestLimiter(t, 1, 5, opts, prefix, discardLog)
+	clients := []netip.Addr{netip.MustParseAddr("192.0.2.1"), netip.MustParseAddr("192.0.2.2")}
+	const each = 40
+	var mu sync.Mutex
+	allowed := map[netip.Addr]int{}
+	var wg sync.WaitGroup
+	for _, c := range clients {
+		for range each {
+			wg.Go(func() {
+				if l.reserve(context.Background(), c) == 0 {
+					mu.Lock()
+					allowed[c]++
+					mu.Unlock()
+				}
+			})
+		}
+	}
+	wg.Wait()
+	for _, c := range clients {
+		if allowed[c] != 5 {
+			t.Errorf("client %v: %d of %d creates allowed at once, want the burst, 5", c, allowed[c], each)
+		}
+	}
 }

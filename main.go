@@ -69,7 +69,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	// Open in order, close in reverse: each defer sits right after its
 	// open, so the server stops first (below), then the click queue drains,
 	// then Redis closes, then Postgres.
-	store, closeStore, err := openStore(ctx, cfg, log)
+	store, closeStore, err := openStore(ctx, cfg, m, log)
 	if err != nil {
 		return err
 	}
@@ -79,7 +79,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		}
 	}()
 	base := store // the store itself, before any cache
-	if pg, ok := store.(*pgStore); ok {
+	if r, ok := store.(*replicaReads); ok {
+		base = r.Store // clicks are written to the primary
+	}
+	if pg, ok := base.(*pgStore); ok {
 		m.watchDB(pg.db)
 	}
 	var rdb *guardedRedis
@@ -108,6 +111,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if cfg.limits.createRate > 0 {
 		limiter = newCreateLimiter(cfg.limits.createRate, cfg.limits.createBurst, rdb, log)
 		limiter.prefix = cfg.redisPrefix + limiter.prefix
+		defer limiter.close()
 	}
 	log.Info("limits", "max_in_flight", cfg.limits.maxInFlight, "create_rate", cfg.limits.createRate,
 		"create_burst", cfg.limits.createBurst, "shared_through_redis", rdb != nil && limiter != nil)
@@ -172,7 +176,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 
 // openStore picks the store: Postgres if DATABASE_URL is set, else memory,
 // so that go run . works with nothing else installed.
-func openStore(ctx context.Context, cfg config, log *slog.Logger) (Store, func() error, error) {
+//
+// With Postgres and CREATE_BATCH above 1, creates are saved in batches
+// (groupcommit.go).
+func openStore(ctx context.Context, cfg config, m *metrics, log *slog.Logger) (Store, func() error, error) {
 	if cfg.databaseURL == "" {
 		log.Info("store selected", "store", "memory")
 		return newMemoryStore(), func() error { return nil }, nil
@@ -181,10 +188,29 @@ func openStore(ctx context.Context, cfg config, log *slog.Logger) (Store, func()
 	if err != nil {
 		return nil, nil, err
 	}
+	if cfg.createBatch > 1 {
+		if err := pg.startGroupCommit(ctx, cfg.createBatch, m.createBatchObserver()); err != nil {
+			pg.Close() //nolint:errcheck // the start error is the one worth returning
+			return nil, nil, err
+		}
+	}
+	if cfg.replicaURL != "" {
+		pool := cfg.pool
+		pool.readOnly = true
+		replica, err := openPostgres(ctx, cfg.replicaURL, pool)
+		if err != nil {
+			pg.Close() //nolint:errcheck // the replica's error is the one worth returning
+			return nil, nil, fmt.Errorf("replica: %w", err)
+		}
+		m.watchReplica(replica.db)
+		log.Info("reads from a replica", "max_open_conns", pool.maxOpen)
+		return &replicaReads{Store: pg, replica: replica, counts: m.replicaResults()},
+			func() error { return errors.Join(pg.Close(), replica.Close()) }, nil
+	}
 	log.Info("store selected", "store", "postgres",
 		"max_open_conns", cfg.pool.maxOpen, "max_idle_conns", cfg.pool.maxIdle,
 		"conn_max_idle_time", cfg.pool.maxIdleTime, "conn_max_lifetime", cfg.pool.maxLifetime,
-		"prepare", cfg.pool.prepare)
+		"prepare", cfg.pool.prepare, "create_batch", cfg.createBatch)
 	return pg, pg.Close, nil
 }
 

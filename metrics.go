@@ -40,6 +40,10 @@ var durationBuckets = []float64{
 // CLICK_BATCH's default of 1,000 and its greatest, 100,000.
 var clickBatchBuckets = []float64{1, 10, 100, 1000, 10_000, 100_000}
 
+// createBatchBuckets are links per group commit, by powers of two up to
+// CREATE_BATCH's default, 128, and past it.
+var createBatchBuckets = []float64{1, 2, 4, 8, 16, 32, 64, 128, 512}
+
 // clickFlushBuckets are how long writing a batch takes, in seconds, up to
 // its deadline (clickWriteTimeout, 5 s).
 var clickFlushBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5}
@@ -63,6 +67,8 @@ type metrics struct {
 	cache    *prometheus.CounterVec
 	batch    prometheus.Histogram
 	flush    prometheus.Histogram
+	creates  prometheus.Histogram // links per group commit
+	replica  *prometheus.CounterVec
 }
 
 func newMetrics(reg *prometheus.Registry) *metrics {
@@ -90,6 +96,12 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 		Name: "click_batch_size", Help: "Clicks written per batch.", Buckets: clickBatchBuckets})).(prometheus.Histogram)
 	m.flush = f(prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: metricsNamespace,
 		Name: "click_flush_duration_seconds", Help: "Time to write one batch of clicks.", Buckets: clickFlushBuckets})).(prometheus.Histogram)
+	m.creates = f(prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: metricsNamespace,
+		Name: "create_batch_size", Help: "Links saved per transaction (group commit, CREATE_BATCH).",
+		Buckets: createBatchBuckets})).(prometheus.Histogram)
+	m.replica = f(prometheus.NewCounterVec(prometheus.CounterOpts(opts("replica_reads_total",
+		"Reads sent to the replica (DATABASE_REPLICA_URL), by result: hit; missed (not found there, asked of the primary); failed (asked of the primary).")),
+		[]string{"result"})).(*prometheus.CounterVec)
 	reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -156,6 +168,32 @@ func (m *metrics) clickObservers() clickObservers {
 		return clickObservers{}
 	}
 	return clickObservers{batchSize: m.batch, flushTime: m.flush}
+}
+
+func (m *metrics) replicaResults() replicaResults {
+	if m == nil {
+		return replicaResults{noCount{}, noCount{}, noCount{}}
+	}
+	return replicaResults{
+		hit:    m.replica.WithLabelValues("hit"),
+		missed: m.replica.WithLabelValues("missed"),
+		failed: m.replica.WithLabelValues("failed"),
+	}
+}
+
+// watchReplica exports the replica's pool, as watchDB the primary's.
+func (m *metrics) watchReplica(db *sql.DB) {
+	if m == nil {
+		return
+	}
+	m.reg.MustRegister(collectors.NewDBStatsCollector(db, "replica"))
+}
+
+func (m *metrics) createBatchObserver() observer {
+	if m == nil {
+		return noObserve{}
+	}
+	return m.creates
 }
 
 // watchClicks exports the click queue's own counters, read at each scrape:

@@ -60,6 +60,9 @@ type pgStore struct {
 	// timeout bounds every call made for a request (DB_TIMEOUT): a slow
 	// or stuck database costs a request this much at most, then a 503.
 	timeout time.Duration
+	// group, when not nil, saves links in batches, one commit each
+	// (CREATE_BATCH, groupcommit.go).
+	group *groupCommit
 }
 
 // poolConfig sizes database/sql's connection pool (see loadConfig for the
@@ -71,6 +74,9 @@ type poolConfig struct {
 	maxLifetime time.Duration // close a connection this old; 0 = never
 	prepare     bool          // use prepared statements
 	timeout     time.Duration // DB_TIMEOUT: each request's calls give up after this
+	// readOnly opens a streaming replica (DATABASE_REPLICA_URL): the schema
+	// is the primary's to make, and only the lookup is prepared.
+	readOnly bool
 	// replyTimeout is how long a connection waits for Postgres to answer
 	// before it is dropped (see replyDeadlineConn); 0 = the longest
 	// deadline any call has, plus a second.
@@ -101,12 +107,14 @@ func openPostgres(ctx context.Context, dsn string, pool poolConfig) (*pgStore, e
 	db.SetConnMaxIdleTime(pool.maxIdleTime)
 	db.SetConnMaxLifetime(pool.maxLifetime)
 	s := &pgStore{db: db, timeout: pool.timeout}
-	if err := s.migrate(ctx); err != nil {
-		db.Close() //nolint:errcheck // the migrate error is the one worth returning
-		return nil, err
+	if !pool.readOnly {
+		if err := s.migrate(ctx); err != nil {
+			db.Close() //nolint:errcheck // the migrate error is the one worth returning
+			return nil, err
+		}
 	}
 	if pool.prepare {
-		if err := s.prepare(ctx); err != nil {
+		if err := s.prepare(ctx, pool.readOnly); err != nil {
 			db.Close() //nolint:errcheck // the prepare error is the one worth returning
 			return nil, err
 		}
@@ -117,12 +125,15 @@ func openPostgres(ctx context.Context, dsn string, pool poolConfig) (*pgStore, e
 
 // prepare prepares the lookup and the insert (once here, to check them; then
 // database/sql prepares them again on each connection as it first uses them).
-func (s *pgStore) prepare(ctx context.Context) error {
+func (s *pgStore) prepare(ctx context.Context, lookupOnly bool) error {
 	ctx, cancel := context.WithTimeout(ctx, migrateTimeout)
 	defer cancel()
 	var err error
 	if s.lookup, err = s.db.PrepareContext(ctx, lookupSQL); err != nil {
 		return fmt.Errorf("store: prepare lookup: %w", err)
+	}
+	if lookupOnly {
+		return nil
 	}
 	if s.insert, err = s.db.PrepareContext(ctx, insertSQL); err != nil {
 		return fmt.Errorf("store: prepare insert: %w", err)
@@ -160,6 +171,15 @@ func (s *pgStore) migrate(ctx context.Context) error {
 func (s *pgStore) Save(ctx context.Context, code, url string) error {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
+	if s.group != nil {
+		err := s.group.save(ctx, code, url)
+		switch {
+		case err == nil, errors.Is(err, ErrCodeTaken):
+			return err
+		default:
+			return fmt.Errorf("store: save %q: %w", code, deadline(ctx, err))
+		}
+	}
 	err := bounded(ctx, func() error {
 		var res sql.Result
 		var err error
@@ -286,9 +306,33 @@ func bounded(ctx context.Context, call func() error) error {
 	}
 }
 
-// Close closes the statements and the pool's connections.
+// startGroupCommit makes Save go through a group commit of up to maxBatch
+// links per transaction; sizes observes each batch's size. Call it once,
+// before the store is used.
+func (s *pgStore) startGroupCommit(ctx context.Context, maxBatch int, sizes observer) error {
+	var insert *sql.Stmt
+	if s.insert != nil { // DB_PREPARE: prepare the batch insert too
+		ctx, cancel := context.WithTimeout(ctx, migrateTimeout)
+		defer cancel()
+		var err error
+		if insert, err = s.db.PrepareContext(ctx, insertBatchSQL); err != nil {
+			return fmt.Errorf("store: prepare batch insert: %w", err)
+		}
+	}
+	s.group = newGroupCommit(s.db, insert, maxBatch, s.timeout, sizes)
+	return nil
+}
+
+// Close writes the links still waiting for a batch, then closes the
+// statements and the pool's connections.
 func (s *pgStore) Close() error {
 	var errs []error
+	if s.group != nil {
+		s.group.close()
+		if s.group.insert != nil {
+			errs = append(errs, s.group.insert.Close())
+		}
+	}
 	for _, st := range []*sql.Stmt{s.lookup, s.insert} {
 		if st != nil {
 			errs = append(errs, st.Close())

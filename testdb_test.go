@@ -99,6 +99,19 @@ func forEachStore(t *testing.T, fn func(t *testing.T, store Store)) {
 		pool.prepare = false
 		fn(t, openTestStoreWith(t, pool))
 	})
+	t.Run("postgres, group commit", func(t *testing.T) {
+		s := openTestStore(t)
+		if err := s.startGroupCommit(context.Background(), defaultCreateBatch, nil); err != nil {
+			t.Fatal(err)
+		}
+		fn(t, s)
+	})
+	t.Run("postgres, reads from a replica", func(t *testing.T) {
+		// The same database opened as a replica is: read-only, lookup
+		// prepared only. (replica_test.go has a replica that is behind.)
+		dsn := testDatabase(t)
+		fn(t, &replicaReads{Store: openTestStoreOn(t, dsn), replica: openReplicaOn(t, dsn), counts: (*metrics)(nil).replicaResults()})
+	})
 	t.Run("postgres+redis", func(t *testing.T) {
 		opts, prefix := testRedis(t)
 		c, _ := newTestCache(t, openTestStore(t), opts, prefix, discardLog)
@@ -123,6 +136,9 @@ func countLinks(t *testing.T, store Store) int {
 	}
 	if c, ok := store.(*cachedStore); ok {
 		store = c.Store
+	}
+	if r, ok := store.(*replicaReads); ok {
+		store = r.Store
 	}
 	switch s := store.(type) {
 	case *memoryStore:

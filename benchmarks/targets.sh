@@ -47,8 +47,16 @@ awk -v n="$n" -v s="$s" -v k="$k" -v seed="$seed" -v base="$base" \
 # Park-Miller "minimal standard" generator: state * 48271 stays below 2^53,
 # so every awk computes it exactly in its doubles.
 function next01() { state = (state * 48271) % 2147483647; return state / 2147483647 }
+# mulmod: a * b mod m, exactly. Numbers in awk are doubles, exact up to
+# 2^53; a * 1000000007 passes that for a over 9,007,199, so b is taken
+# 11 bits at a time and every partial result stays under 2^53.
+function mulmod(a, b, m,   r, i) {
+	r = 0
+	for (i = 2; i >= 0; i--) r = (r * 2048 + a * (int(b / 2 ^ (11 * i)) % 2048)) % m
+	return r
+}
 function code(i,   v, c, d) { # sql/seed.sql: i * 1000000007 mod 62^7 in base62
-	v = (i * 1000000007) % 3521614606208
+	v = mulmod(i, 1000000007, 3521614606208)
 	c = ""
 	for (d = 0; d < 7; d++) { c = substr(alpha, v % 62 + 1, 1) c; v = int(v / 62) }
 	return c

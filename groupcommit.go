@@ -1,0 +1,240 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/lib/pq"
+)
+
+// insertBatchSQL inserts many links in one statement: two arrays, one of
+// codes and one of URLs, unnested into rows. A code already taken is
+// skipped (ON CONFLICT DO NOTHING), and RETURNING names the codes that
+// were inserted, so that each create learns whether its own code was.
+const insertBatchSQL = `INSERT INTO links (code, url)
+SELECT * FROM unnest($1::text[], $2::text[])
+ON CONFLICT (code) DO NOTHING
+RETURNING code`
+
+// groupCommitWorkers is how many batches can be in flight at once: while
+// one waits for its commit (the WAL flush), the next is being gathered and
+// sent. Two keep Postgres busy; more only make smaller batches.
+const groupCommitWorkers = 2
+
+// groupCommit saves links in batches: the creates that arrive while a
+// batch is being written wait together, and go in the next one, as one
+// INSERT in one transaction, so that one commit (one WAL flush, one round
+// trip) serves them all. Each create is answered only after the commit of
+// its batch has returned: a 201 means the link is on disk, as it did when
+// each create was its own transaction. Nothing waits on purpose to make a
+// batch bigger: with one create at a time, a batch holds one.
+type groupCommit struct {
+	db       *sql.DB
+	insert   *sql.Stmt // prepared insertBatchSQL, or nil (DB_PREPARE=false)
+	queue    chan *pendingSave
+	maxBatch int
+	timeout  time.Duration // each batch's deadline: DB_TIMEOUT
+	sizes    observer      // links per batch (metrics.go)
+
+	// closed, under mu, refuses new creates once close has begun; a
+	// create holds mu's read lock while it queues, so that none can slip
+	// into the queue after the workers have drained it.
+	mu       sync.RWMutex
+	closed   bool
+	stopOnce sync.Once
+	stop     chan struct{}
+	done     sync.WaitGroup
+}
+
+// pendingSave is one create waiting for its batch's commit.
+type pendingSave struct {
+	code, url string
+	done      chan error // buffered: the worker never waits for a create that gave up
+}
+
+func newGroupCommit(db *sql.DB, insert *sql.Stmt, maxBatch int, timeout time.Duration, sizes observer) *groupCommit {
+	if sizes == nil {
+		sizes = noObserve{}
+	}
+	g := &groupCommit{
+		db:       db,
+		insert:   insert,
+		queue:    make(chan *pendingSave, maxBatch*groupCommitWorkers),
+		maxBatch: maxBatch,
+		timeout:  timeout,
+		sizes:    sizes,
+		stop:     make(chan struct{}),
+	}
+	for range groupCommitWorkers {
+		g.done.Go(g.run)
+	}
+	return g
+}
+
+// save queues code and url for the next batch and waits for its commit.
+// It returns nil once the link is committed, ErrCodeTaken if the code was
+// taken, or an error if the batch failed or ctx ended first. A create that
+// gave up (ctx) may still be committed a moment later: that link is never
+// announced to anyone, and costs a row.
+func (g *groupCommit) save(ctx context.Context, code, url string) error {
+	p := &pendingSave{code: code, url: url, done: make(chan error, 1)}
+	g.mu.RLock()
+	if g.closed {
+		g.mu.RUnlock()
+		return errGroupCommitClosed
+	}
+	select {
+	case g.queue <- p:
+		g.mu.RUnlock()
+	case <-ctx.Done():
+		g.mu.RUnlock()
+		return ctx.Err()
+	}
+	select {
+	case err := <-p.done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+var errGroupCommitClosed = errors.New("store is closing")
+
+// run takes the first create waiting, then every other one already
+// queued, up to maxBatch, writes them, and starts again.
+func (g *groupCommit) run() {
+	batch := make([]*pendingSave, 0, g.maxBatch)
+	for {
+		select {
+		case p := <-g.queue:
+			batch = append(batch[:0], p)
+		case <-g.stop:
+			g.drain()
+			return
+		}
+	fill:
+		for len(batch) < g.maxBatch {
+			select {
+			case p := <-g.queue:
+				batch = append(batch, p)
+			default:
+				break fill
+			}
+		}
+		g.write(batch)
+	}
+}
+
+// drain writes what is still queued when the store closes (the HTTP
+// server has stopped by then, so no more arrives).
+func (g *groupCommit) drain() {
+	for {
+		batch := make([]*pendingSave, 0, g.maxBatch)
+	fill:
+		for len(batch) < g.maxBatch {
+			select {
+			case p := <-g.queue:
+				batch = append(batch, p)
+			default:
+				break fill
+			}
+		}
+		if len(batch) == 0 {
+			return
+		}
+		g.write(batch)
+	}
+}
+
+// write inserts batch in one transaction and answers each create: nil if
+// its link was inserted, ErrCodeTaken if its code was in use (before, or
+// earlier in this same batch), the batch's error if the transaction failed.
+func (g *groupCommit) write(batch []*pendingSave) {
+	g.sizes.Observe(float64(len(batch)))
+	codes := make([]string, 0, len(batch))
+	urls := make([]string, 0, len(batch))
+	first := make(map[string]*pendingSave, len(batch))
+	for _, p := range batch {
+		if _, dup := first[p.code]; dup {
+			continue // answered ErrCodeTaken below: the first one with the code has it
+		}
+		first[p.code] = p
+		codes = append(codes, p.code)
+		urls = append(urls, p.url)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), g.timeout)
+	defer cancel()
+	inserted, err := g.insertAll(ctx, codes, urls)
+	if err != nil {
+		err = fmt.Errorf("store: save batch of %d: %w", len(codes), deadline(ctx, err))
+	}
+	for _, p := range batch {
+		switch {
+		case err != nil:
+			p.done <- err
+		case first[p.code] == p && inserted[p.code]:
+			p.done <- nil
+		default:
+			p.done <- ErrCodeTaken
+		}
+	}
+}
+
+// insertAll runs the batch's INSERT in a transaction of its own and
+// returns the codes inserted once the commit has returned. bounded keeps
+// a Postgres that stopped answering from holding the worker past ctx.
+func (g *groupCommit) insertAll(ctx context.Context, codes, urls []string) (map[string]bool, error) {
+	inserted := make(map[string]bool, len(codes))
+	err := bounded(ctx, func() error {
+		tx, err := g.db.BeginTx(ctx, nil)
+		if err != nil {
+			return fmt.Errorf("begin: %w", err)
+		}
+		defer tx.Rollback() //nolint:errcheck // after Commit, Rollback is a no-op that returns ErrTxDone
+		var rows *sql.Rows
+		if g.insert != nil {
+			rows, err = tx.StmtContext(ctx, g.insert).QueryContext(ctx, pq.Array(codes), pq.Array(urls))
+		} else {
+			rows, err = tx.QueryContext(ctx, insertBatchSQL, pq.Array(codes), pq.Array(urls))
+		}
+		if err != nil {
+			return fmt.Errorf("insert: %w", err)
+		}
+		for rows.Next() {
+			var code string
+			if err := rows.Scan(&code); err != nil {
+				rows.Close() //nolint:errcheck // the scan error is the one worth returning
+				return fmt.Errorf("insert: scan: %w", err)
+			}
+			inserted[code] = true
+		}
+		if err := rows.Close(); err != nil {
+			return fmt.Errorf("insert: %w", err)
+		}
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("insert: %w", err)
+		}
+		if err := tx.Commit(); err != nil {
+			return fmt.Errorf("commit: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return inserted, nil
+}
+
+// close stops taking creates, writes those already queued, and waits for
+// the workers.
+func (g *groupCommit) close() {
+	g.mu.Lock()
+	g.closed = true
+	g.mu.Unlock()
+	g.stopOnce.Do(func() { close(g.stop) })
+	g.done.Wait()
+}

@@ -1,0 +1,100 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+// openReplicaOn opens dsn as a replica is opened: no migration, the lookup
+// prepared only.
+func openReplicaOn(t *testing.T, dsn string) *pgStore {
+	t.Helper()
+	pool := testPool
+	pool.readOnly = true
+	s, err := openPostgres(context.Background(), dsn, pool)
+	if err != nil {
+		t.Fatalf("open replica: %v", err)
+	}
+	closeOnCleanup(t, s)
+	return s
+}
+
+// TestReplicaReadsFallBack stands a second database in for a replica that
+// is behind: it has the schema and none of the primary's links. A link
+// saved through the store must still be found at once (read your writes),
+// by the primary; one only the "replica" has is read from it; an unknown
+// code is unknown to both.
+func TestReplicaReadsFallBack(t *testing.T) {
+	primary := openTestStore(t)
+	behindDSN := testDatabase(t)
+	openTestStoreOn(t, behindDSN) // makes the schema there
+	behind := openReplicaOn(t, behindDSN)
+	m := newMetrics(prometheus.NewRegistry())
+	r := &replicaReads{Store: primary, replica: behind, counts: m.replicaResults()}
+	ctx := context.Background()
+
+	if err := r.Save(ctx, "fresh01", "https://go.dev/fresh"); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := r.Lookup(ctx, "fresh01"); err != nil || got != "https://go.dev/fresh" {
+		t.Errorf("lookup right after save = %q, %v; want the link, from the primary", got, err)
+	}
+	if l, err := r.Link(ctx, "fresh01"); err != nil || l.URL != "https://go.dev/fresh" {
+		t.Errorf("link right after save = %+v, %v", l, err)
+	}
+	if err := behind.db.QueryRow(`INSERT INTO links (code, url) VALUES ('onrepl1', 'https://go.dev/r') RETURNING code`).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := r.Lookup(ctx, "onrepl1"); err != nil || got != "https://go.dev/r" {
+		t.Errorf("lookup of a link on the replica = %q, %v", got, err)
+	}
+	if _, err := r.Lookup(ctx, "nothere"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("lookup of an unknown code: %v, want ErrNotFound", err)
+	}
+	for _, tt := range []struct {
+		result string
+		want   float64
+	}{{"hit", 1}, {"missed", 3}, {"failed", 0}} {
+		if got := testutil.ToFloat64(m.replica.WithLabelValues(tt.result)); got != tt.want {
+			t.Errorf("replica reads %s = %v, want %v", tt.result, got, tt.want)
+		}
+	}
+}
+
+// TestReplicaReadsFailing points the replica at a database without the
+// schema, as a broken replica would answer: every read fails there and is
+// answered by the primary.
+func TestReplicaReadsFailing(t *testing.T) {
+	primary := openTestStore(t)
+	broken := openReplicaOnUnprepared(t, testDatabase(t))
+	m := newMetrics(prometheus.NewRegistry())
+	r := &replicaReads{Store: primary, replica: broken, counts: m.replicaResults()}
+	ctx := context.Background()
+	if err := r.Save(ctx, "saved01", "https://go.dev/"); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := r.Lookup(ctx, "saved01"); err != nil || got != "https://go.dev/" {
+		t.Errorf("lookup = %q, %v; want the link from the primary", got, err)
+	}
+	if got := testutil.ToFloat64(m.replica.WithLabelValues("failed")); got != 1 {
+		t.Errorf("replica reads failed = %v, want 1", got)
+	}
+}
+
+// openReplicaOnUnprepared opens dsn read-only without preparing (a
+// database without the schema cannot prepare the lookup).
+func openReplicaOnUnprepared(t *testing.T, dsn string) *pgStore {
+	t.Helper()
+	pool := testPool
+	pool.readOnly, pool.prepare = true, false
+	s, err := openPostgres(context.Background(), dsn, pool)
+	if err != nil {
+		t.Fatalf("open replica: %v", err)
+	}
+	closeOnCleanup(t, s)
+	return s
+}
