@@ -143,8 +143,9 @@ const (
 const defaultMetricsAddr = "127.0.0.1:6060"
 
 // defaultCreateBatch bounds a group commit's batch: with 50 clients
-// creating at once, batches hold tens of links (docs/10); the bound only
-// matters under more than that, and keeps one statement's arrays small.
+// creating at once, batches held 9.9 links on average and never more than
+// 64 (docs/10); the bound only matters under heavier load, and keeps one
+// statement's arrays small.
 const defaultCreateBatch = 128
 
 // defaultConfig is the configuration with nothing set.
