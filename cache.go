@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	lru "github.com/hashicorp/golang-lru/v2"
@@ -28,7 +26,8 @@ type cachedStore struct {
 	rdb    *guardedRedis
 	ttl    time.Duration
 	prefix string
-	errs   *sampledLog
+	warns  *sampledLog  // Redis failing
+	bad    *sampledLog  // Redis answering with what this program did not write
 	counts cacheResults // hit, miss, error, skipped (breaker open)
 }
 
@@ -38,7 +37,8 @@ func newCachedStore(store Store, rdb *guardedRedis, ttl time.Duration, counts ca
 		rdb:    rdb,
 		ttl:    ttl,
 		prefix: cacheKeyPrefix,
-		errs:   &sampledLog{log: log, every: 10 * time.Second},
+		warns:  &sampledLog{log: log, every: 10 * time.Second},
+		bad:    &sampledLog{log: log, every: 10 * time.Second},
 		counts: counts,
 	}
 }
@@ -46,8 +46,11 @@ func newCachedStore(store Store, rdb *guardedRedis, ttl time.Duration, counts ca
 // Lookup returns the URL for code from Redis if it is there, else from the
 // store behind the cache, filling the cache. A Redis error or timeout is
 // treated as a miss: the cache may make a redirect faster, never make it
-// fail. While Redis is failing, the breaker skips it altogether. Unknown
-// codes are not cached (see docs/05 on negative caching).
+// fail. While Redis is failing, the breaker skips it altogether. A value
+// that is not one a create could have stored (see storableURL), or a key
+// Redis cannot GET (WRONGTYPE), is a miss too, and is overwritten with the
+// store's answer. Unknown codes are not cached (see docs/05 on negative
+// caching).
 func (c *cachedStore) Lookup(ctx context.Context, code string) (string, error) {
 	ok, at := c.rdb.breaker.allow()
 	if !ok {
@@ -59,31 +62,36 @@ func (c *cachedStore) Lookup(ctx context.Context, code string) (string, error) {
 	url, err := c.rdb.Get(cctx, key).Result()
 	cancel()
 	switch {
-	case err == nil && plausibleURL(url):
+	case err == nil && storableURL(url):
 		c.rdb.breaker.done(at, nil)
 		c.counts.hit.Inc()
 		return url, nil
-	case err == nil:
-		c.rdb.breaker.done(at, nil)
-		c.counts.miss.Inc()
-		// Not what this program writes: another program shares the key
-		// space, or someone wrote to it. Serve from the store, which
-		// overwrites the key below.
-		c.errs.warn(ctx, "cache value refused, serving from the store", fmt.Errorf("key %s holds %d bytes that are not a stored URL", key, len(url)))
-	case errors.Is(err, redis.Nil): // a plain miss
-		c.rdb.breaker.done(at, nil)
-		c.counts.miss.Inc()
-	case ctx.Err() != nil:
+	case err != nil && ctx.Err() != nil:
 		// The client went away; the store would only fail the same way.
 		// (Not Redis's fault: the breaker is not told.)
 		return "", ctx.Err()
-	default:
-		c.rdb.breaker.done(at, err)
-		c.counts.err.Inc()
-		c.errs.warn(ctx, "cache get failed, serving from the store", err)
 	}
-
-	redisFailed := err != nil && !errors.Is(err, redis.Nil) // a refused value is not a failure
+	c.rdb.breaker.done(at, err) // an error reply is an answer: see redisAnswered
+	switch {
+	case err == nil:
+		// Not what this program writes: another program shares the key
+		// space, or someone wrote to it. Serve from the store, which
+		// overwrites the key below.
+		c.counts.miss.Inc()
+		c.bad.warn(ctx, "cache value refused, serving from the store",
+			fmt.Errorf("cache: get %s: %d bytes that a create would refuse", key, len(url)))
+	case errors.Is(err, redis.Nil): // a plain miss
+		c.counts.miss.Inc()
+	case redisAnswered(err):
+		// Redis said no (a key of another type, say): bad data, not an
+		// outage. A miss, and the key is overwritten below.
+		c.counts.miss.Inc()
+		c.bad.warn(ctx, "cache value refused, serving from the store", fmt.Errorf("cache: get %s: %w", key, err))
+	default:
+		c.counts.err.Inc()
+		c.warns.warn(ctx, "cache get failed, serving from the store", fmt.Errorf("cache: get %s: %w", key, err))
+	}
+	redisFailed := !redisAnswered(err)
 
 	url, err = c.Store.Lookup(ctx, code)
 	if err != nil || redisFailed {
@@ -96,23 +104,42 @@ func (c *cachedStore) Lookup(ctx context.Context, code string) (string, error) {
 	}
 	cctx, cancel = context.WithTimeout(ctx, c.rdb.timeout)
 	defer cancel()
-	err = c.rdb.Set(cctx, key, url, c.ttl).Err()
+	err = c.rdb.Set(cctx, key, url, c.ttl).Err() // SET replaces a key of any type
 	if ctx.Err() == nil {
 		c.rdb.breaker.done(at, err)
 	}
 	if err != nil {
-		c.errs.warn(ctx, "cache set failed", err)
+		c.warns.warn(ctx, "cache set failed", fmt.Errorf("cache: set %s: %w", key, err))
 	}
 	return url, nil
 }
 
+// storableURL reports whether v, read back from Redis, is a URL that a
+// create could have stored: exactly the form normalizeURL returns for it.
+// What comes back from Redis is input like any request: a value that
+// another program, a bug or an attacker put there must not become a
+// redirect to javascript:, to the visitor's own machine, to a URL with
+// user info, or to a broken Location header.
+//
+// This bounds what Redis can make the service do; it does not make Redis
+// trusted: whoever can write to Redis can still point any code at any URL
+// a create would accept, phishing pages included. Redis must be reachable
+// by the shortener alone.
+//
+// It runs on every Redis hit (the local cache answers the hottest links
+// before Redis is asked), so plausibleURL, which allocates nothing, turns
+// away most garbage before normalizeURL parses the value.
+func storableURL(v string) bool {
+	if !plausibleURL(v) {
+		return false
+	}
+	u, err := normalizeURL(v)
+	return err == nil && u.String() == v
+}
+
 // plausibleURL reports whether v has the shape of a URL that normalizeURL
 // returns: http or https, no longer than maxURLLength, printable ASCII with
-// no spaces. A cached value is checked before it goes into a Location header,
-// so that a value this program did not write cannot become a redirect to
-// javascript:, or an empty or broken header. (This is a check of shape, not
-// trust: whoever can write to Redis can still point a code at any web page,
-// so Redis must be reachable only by the shortener.)
+// no spaces. It is the cheap half of storableURL.
 func plausibleURL(v string) bool {
 	if len(v) > maxURLLength || !(strings.HasPrefix(v, "https://") || strings.HasPrefix(v, "http://")) {
 		return false
@@ -125,206 +152,57 @@ func plausibleURL(v string) bool {
 	return true
 }
 
-// guardedRedis is a Redis client with the deadline every call on a
-// request's path gets, and the breaker that skips Redis while it fails.
-// The cache and the create rate limit share one.
-type guardedRedis struct {
-	*redis.Client
-	timeout time.Duration
-	breaker *breaker
-}
-
-// openRedis makes a client for opts whose every call gives up after
-// timeout. An unreachable Redis is not an error here: the cache is an
-// optimisation, and the rate limit has a fallback, so the service starts
-// without it, warns, and uses it as soon as it answers.
-func openRedis(ctx context.Context, opts *redis.Options, timeout time.Duration, log *slog.Logger) *guardedRedis {
-	silenceRedisLog.Do(func() { redis.SetLogger(discardRedisLog{}) })
-	opts.ContextTimeoutEnabled = true // let each call's deadline bound its socket reads too
-	// Each wait has its own bound as well, in case a call comes without a
-	// deadline: connecting, reading a reply, writing a command, and
-	// waiting for a free connection when all PoolSize are busy (go-redis
-	// would otherwise derive that one from ReadTimeout plus a second).
-	opts.DialTimeout = timeout
-	opts.ReadTimeout = timeout
-	opts.WriteTimeout = timeout
-	opts.PoolTimeout = timeout
-	// go-redis dials up to five times, 100 ms apart, before it gives up on a
-	// connection. When Redis is down, that spends a request's whole cache
-	// budget on retries that will fail the same way.
-	opts.DialerRetries = 1
-	// Nor is a failed command worth retrying: a cache miss already has a
-	// fallback, the store, and go-redis's retries (three by default, with
-	// a backoff) would only make the fallback later. -1 means none; 0 would
-	// mean the default. With no retries, no call can take longer than
-	// its deadline.
-	opts.MaxRetries = -1
-	rdb := &guardedRedis{
-		Client:  redis.NewClient(opts),
-		timeout: timeout,
-		breaker: newBreaker(breakerFailures, breakerCooldown, log),
-	}
-	pctx, cancel := context.WithTimeout(ctx, time.Second)
-	defer cancel()
-	if err := rdb.Ping(pctx).Err(); err != nil {
-		log.Warn("redis does not answer; starting without it until it does",
-			"addr", opts.Addr, "err", err)
-	}
-	return rdb
-}
-
-// The breaker opens after breakerFailures Redis calls in a row have
-// failed, and then lets one call through every breakerCooldown to see
-// whether Redis is back.
-const (
-	breakerFailures = 3
-	breakerCooldown = time.Second
-)
-
-// breaker is a circuit breaker. Closed, every call goes to Redis. After
-// threshold failures in a row it opens: for cooldown no call goes to Redis
-// at all, so a stalled Redis costs requests nothing instead of a timeout
-// each. Then one call is let through (half-open); if it succeeds the
-// breaker closes, if it fails it stays open another cooldown.
-//
-// Times are nanoseconds since the process started, from Go's monotonic
-// clock, so that a change to the wall clock (NTP stepping it back, say)
-// cannot keep the breaker open, or close it early.
-type breaker struct {
-	threshold int32
-	cooldown  time.Duration
-	log       *slog.Logger
-	opens     *sampledLog
-
-	failures  atomic.Int32
-	openUntil atomic.Int64 // 0 = closed
-	openedAt  atomic.Int64 // when it last opened
-}
-
-func newBreaker(threshold int32, cooldown time.Duration, log *slog.Logger) *breaker {
-	return &breaker{threshold: threshold, cooldown: cooldown, log: log,
-		opens: &sampledLog{log: log, every: 10 * time.Second}}
-}
-
-// processStart anchors the breaker's clock.
-var processStart = time.Now()
-
-func monotonicNow() int64 { return int64(time.Since(processStart)) }
-
-// allow reports whether a call may go to Redis now, and when it was
-// allowed, which the caller hands back to done.
-func (b *breaker) allow() (ok bool, at int64) {
-	now := monotonicNow()
-	until := b.openUntil.Load()
-	if until == 0 {
-		return true, now
-	}
-	if now < until {
-		return false, now
-	}
-	// Half-open: the one caller that moves the deadline on probes Redis;
-	// the others skip it for another cooldown.
-	return b.openUntil.CompareAndSwap(until, now+b.cooldown.Nanoseconds()), now
-}
-
-// done records how a call that allow let through at went: err nil for an
-// answer (a miss is an answer), else the failure. A success of a call that
-// began before the breaker last opened says nothing of Redis now, and does
-// not close it.
-func (b *breaker) done(at int64, err error) {
-	if err == nil {
-		// Loads first: on the hot path nothing is written, so the cores
-		// do not fight over the cache line.
-		if b.failures.Load() != 0 {
-			b.failures.Store(0)
-		}
-		if until := b.openUntil.Load(); until != 0 && at >= b.openedAt.Load() &&
-			b.openUntil.CompareAndSwap(until, 0) {
-			b.log.Info("redis answers again; breaker closed")
-		}
-		return
-	}
-	if b.failures.Add(1) >= b.threshold {
-		b.failures.Store(0)
-		now := monotonicNow()
-		b.openedAt.Store(now)
-		b.openUntil.Store(now + b.cooldown.Nanoseconds())
-		b.opens.warn(context.Background(), fmt.Sprintf("redis failing; breaker open, skipping redis for %v at a time", b.cooldown), err)
-	}
-}
-
-// go-redis logs each failed dial itself, through a logger global to the
-// package: one line per request while Redis is down. The cache logs those
-// failures itself (sampled, below), so go-redis's lines are dropped.
-var silenceRedisLog sync.Once
-
-type discardRedisLog struct{}
-
-func (discardRedisLog) Printf(context.Context, string, ...any) {}
-
-// sampledLog logs an error at most once per interval and counts the ones it
-// held back, so that a Redis outage under load writes a line every few
-// seconds instead of one per request.
-type sampledLog struct {
-	log   *slog.Logger
-	every time.Duration
-
-	mu         sync.Mutex
-	last       time.Time
-	suppressed int
-}
-
-// warn logs with ctx, so that the line carries the request id of the
-// request that failed (context.Background() where there is none).
-func (s *sampledLog) warn(ctx context.Context, msg string, err error) { s.warnTo(ctx, s.log, msg, err) }
-
-// warnTo is warn through a logger given at the call, for a sampledLog
-// shared by callers that each have their own.
-func (s *sampledLog) warnTo(ctx context.Context, log *slog.Logger, msg string, err error) {
-	s.mu.Lock()
-	now := time.Now()
-	if !s.last.IsZero() && now.Sub(s.last) < s.every {
-		s.suppressed++
-		s.mu.Unlock()
-		return
-	}
-	n := s.suppressed
-	s.last, s.suppressed = now, 0
-	s.mu.Unlock()
-	log.WarnContext(ctx, msg, "err", err, "suppressed_since_last", n)
-}
-
 // localCache is a Store in front of another Store that keeps the most
 // recently used links in the process's own memory, in front of Redis: a
 // hit costs a map lookup, no network round trip, and goes on working while
-// Redis is stalled. Links never change once made, so a copy can never be
-// stale; the only limit is memory, hence a fixed number of entries and the
-// least recently used one evicted to make room.
+// Redis is stalled. Memory is bounded by a fixed number of entries, the
+// least recently used one evicted to make room, and time by a lifetime per
+// entry (ttl), after which the link is asked for again.
+//
+// The lifetime is a timestamp per entry checked on Get rather than
+// golang-lru's expirable cache: that one starts a goroutine per cache that
+// cannot be stopped (v2.0.7) and reads the wall clock, which tests cannot
+// move.
 type localCache struct {
 	Store
-	links  *lru.Cache[string, string]
+	links  *lru.Cache[string, localEntry]
+	ttl    int64        // nanoseconds
+	now    func() int64 // monotonicNow; tests set a clock they move by hand
 	counts cacheResults // hit and miss; it has no errors of its own
 }
 
-func newLocalCache(store Store, size int, counts cacheResults) (*localCache, error) {
-	links, err := lru.New[string, string](size)
+type localEntry struct {
+	url     string
+	expires int64 // on the clock of localCache.now
+}
+
+func newLocalCache(store Store, size int, ttl time.Duration, counts cacheResults) (*localCache, error) {
+	if ttl <= 0 {
+		return nil, fmt.Errorf("local cache: ttl %v, want more than 0", ttl)
+	}
+	links, err := lru.New[string, localEntry](size)
 	if err != nil {
 		return nil, fmt.Errorf("local cache: %w", err)
 	}
-	return &localCache{Store: store, links: links, counts: counts}, nil
+	return &localCache{Store: store, links: links, ttl: ttl.Nanoseconds(), now: monotonicNow, counts: counts}, nil
 }
 
 // Lookup answers from memory if it can, else from the store behind (Redis,
-// then Postgres), remembering what it found. Unknown codes are not kept.
+// then Postgres), remembering what it found. Unknown codes are not kept,
+// and an expired entry is dropped, so that a link deleted since is not
+// served from here again.
 func (c *localCache) Lookup(ctx context.Context, code string) (string, error) {
-	if url, ok := c.links.Get(code); ok {
-		c.counts.hit.Inc()
-		return url, nil
+	if e, ok := c.links.Get(code); ok {
+		if c.now() < e.expires {
+			c.counts.hit.Inc()
+			return e.url, nil
+		}
+		c.links.Remove(code)
 	}
 	c.counts.miss.Inc()
 	url, err := c.Store.Lookup(ctx, code)
 	if err == nil {
-		c.links.Add(code, url)
+		c.links.Add(code, localEntry{url: url, expires: c.now() + c.ttl})
 	}
 	return url, err
 }

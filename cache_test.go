@@ -2,14 +2,10 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
-	"os"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -17,67 +13,54 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// testRedis returns options for the Redis that TEST_REDIS_URL names and a key
-// prefix of the calling test's own; keys under it are deleted when the test
-// ends. Unset, the test is skipped, unless CI is set. Set but unreachable,
-// the test fails.
-func testRedis(t *testing.T) (*redis.Options, string) {
-	t.Helper()
-	raw := os.Getenv("TEST_REDIS_URL")
-	if raw == "" {
-		if os.Getenv("CI") != "" {
-			t.Fatal("TEST_REDIS_URL is not set, and CI must run every test against Redis")
-		}
-		t.Skip("TEST_REDIS_URL is not set; skipping a test that needs Redis (e.g. TEST_REDIS_URL=redis://127.0.0.1:6379/0)")
-	}
-	opts, err := redis.ParseURL(raw)
-	if err != nil {
-		t.Fatalf("TEST_REDIS_URL: %v", err)
-	}
-	rdb := redis.NewClient(opts)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := rdb.Ping(ctx).Err(); err != nil {
-		t.Fatalf("TEST_REDIS_URL is set but Redis does not answer: %v", err)
-	}
-	prefix := "test:" + rand.Text()[:12] + ":"
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		iter := rdb.Scan(ctx, 0, prefix+"*", 1000).Iterator()
-		for iter.Next(ctx) {
-			if err := rdb.Del(ctx, iter.Val()).Err(); err != nil {
-				t.Errorf("clean up redis key %s: %v", iter.Val(), err)
-			}
-		}
-		if err := iter.Err(); err != nil {
-			t.Errorf("clean up redis keys %s*: %v", prefix, err)
-		}
-		if err := rdb.Close(); err != nil {
-			t.Errorf("close redis: %v", err)
-		}
-	})
-	return opts, prefix
-}
-
-// newTestCache puts a cache with its own key prefix in front of store. It
-// returns the cache and a second client for the test to look into Redis.
+// newTestCache puts a cache with its own key prefix in front of store, on
+// a Redis client with a generous timeout. It returns the cache and a
+// second client for the test to look into Redis.
 func newTestCache(t *testing.T, store Store, opts *redis.Options, prefix string, log *slog.Logger) (*cachedStore, *redis.Client) {
 	t.Helper()
-	return newTestCacheTimeout(t, store, opts, prefix, defaultRedisTimeout, log)
+	return newTestCacheTimeout(t, store, opts, prefix, testRedisTimeout, log)
 }
 
 func newTestCacheTimeout(t *testing.T, store Store, opts *redis.Options, prefix string, timeout time.Duration, log *slog.Logger) (*cachedStore, *redis.Client) {
 	t.Helper()
-	rdb := openRedis(context.Background(), opts, timeout, log)
+	return newTestCacheOn(t, store, openTestRedis(t, opts, timeout, log), prefix, log), lookInto(t, opts)
+}
+
+// newTestCacheOn puts a cache on rdb in front of store.
+func newTestCacheOn(t *testing.T, store Store, rdb *guardedRedis, prefix string, log *slog.Logger) *cachedStore {
+	t.Helper()
+	c := newCachedStore(store, rdb, time.Minute, (*metrics)(nil).cacheResults("redis"), log)
+	c.prefix = prefix
+	return c
+}
+
+// lookInto is a plain client for the test to read and write Redis with.
+func lookInto(t *testing.T, opts *redis.Options) *redis.Client {
+	t.Helper()
+	rdb := redis.NewClient(opts)
 	t.Cleanup(func() {
 		if err := rdb.Close(); err != nil {
 			t.Errorf("close redis: %v", err)
 		}
 	})
-	c := newCachedStore(store, rdb, time.Minute, (*metrics)(nil).cacheResults("redis"), log)
-	c.prefix = prefix
-	return c, redis.NewClient(opts)
+	return rdb
+}
+
+// testCount is a counter the test can read.
+type testCount struct{ n atomic.Int64 }
+
+func (c *testCount) Inc()       { c.n.Add(1) }
+func (c *testCount) get() int64 { return c.n.Load() }
+
+// testResults are a cache's results, counted for the test to read.
+type testResults struct{ hit, miss, err, skipped testCount }
+
+func (r *testResults) results() cacheResults {
+	return cacheResults{hit: &r.hit, miss: &r.miss, err: &r.err, skipped: &r.skipped}
+}
+
+func (r *testResults) String() string {
+	return fmt.Sprintf("hit %d, miss %d, error %d, skipped %d", r.hit.get(), r.miss.get(), r.err.get(), r.skipped.get())
 }
 
 func TestCacheMissThenHit(t *testing.T) {
@@ -116,26 +99,48 @@ func TestCacheMissThenHit(t *testing.T) {
 	}
 }
 
-// A value in Redis that this program did not write (another program's, or
-// an attacker's) is not served: the store answers and the key is rewritten.
+// A value in Redis that a create would refuse (another program's, a bug's
+// or an attacker's) is not served: for a code the store has, the store
+// answers and the key is rewritten; for a code it has not, the answer is
+// "not found", not a redirect.
 func TestCacheRefusesForeignValues(t *testing.T) {
 	opts, prefix := testRedis(t)
 	mem := newMemoryStore()
 	c, look := newTestCache(t, mem, opts, prefix, discardLog)
 	ctx := context.Background()
-	for i, bad := range []string{"javascript:alert(1)", "", "https://ok.example/\r\nSet-Cookie: a=b", "https://sp ace.example/", "ftp://x.example/"} {
+	bad := []string{
+		"javascript:alert(1)",
+		"",
+		"https://ok.example/\r\nSet-Cookie: a=b",
+		"https://sp ace.example/",
+		"ftp://x.example/",
+		"http://localhost:6060/debug/pprof/", // the visitor's own machine
+		"http://127.0.0.1:6060/debug/pprof/",
+		"http://[::1]/",
+		"https://user:pw@example.com/", // user info
+		"https://bank.example@evil.example/",
+		"https://example.com/" + strings.Repeat("a", 3000), // too long
+		"HTTPS://Example.COM/",                             // not the form a create stores
+		"https://example.com:0443/",
+		"https://\u00e9.example/",
+		"https://example.com/\u202e",
+	}
+	for i, v := range bad {
+		if storableURL(v) {
+			t.Fatalf("test case %q: a create would store it as it is; it does not belong in this list", v)
+		}
 		code := fmt.Sprintf("evil%03d", i)
-		if err := look.Set(ctx, prefix+code, bad, time.Minute).Err(); err != nil {
+		if err := look.Set(ctx, prefix+code, v, time.Minute).Err(); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := c.Lookup(ctx, code); !errors.Is(err, ErrNotFound) {
-			t.Errorf("Lookup(%s) with %q in Redis and nothing in the store: err = %v, want ErrNotFound", code, bad, err)
+		if got, err := c.Lookup(ctx, code); !errors.Is(err, ErrNotFound) {
+			t.Errorf("Lookup(%s) with %q in Redis and nothing in the store = %q, %v; want ErrNotFound", code, v, got, err)
 		}
 		if err := mem.Save(ctx, code, "https://go.dev/"+code); err != nil {
 			t.Fatal(err)
 		}
 		if got, err := c.Lookup(ctx, code); err != nil || got != "https://go.dev/"+code {
-			t.Errorf("Lookup(%s) with %q in Redis = %q, %v; want the store's URL", code, bad, got, err)
+			t.Errorf("Lookup(%s) with %q in Redis = %q, %v; want the store's URL", code, v, got, err)
 		}
 		if v := look.Get(ctx, prefix+code).Val(); v != "https://go.dev/"+code {
 			t.Errorf("after the lookup, Redis holds %q, want the store's URL", v)
@@ -143,14 +148,28 @@ func TestCacheRefusesForeignValues(t *testing.T) {
 	}
 }
 
-func TestPlausibleURL(t *testing.T) {
-	for v, want := range map[string]bool{
-		"https://go.dev/doc?x=1#y": true, "http://192.0.2.1:8080/": true,
-		"": false, "javascript:alert(1)": false, "https://a b/": false, "https://x/\x00": false,
-		"https://\u00e9.example/": false, "https://x/" + strings.Repeat("a", maxURLLength): false,
+// TestStorableURL: a cached value is served exactly when a create would
+// have stored it as it is.
+func TestStorableURL(t *testing.T) {
+	for _, tt := range []struct {
+		v    string
+		want bool
+	}{
+		{"https://go.dev/doc?x=1#y", true},
+		{"http://192.0.2.1:8080/", true},
+		{"https://xn--9ca.example/", true}, // é.example, as a create stores it
+		{"https://example.com/%C3%A9", true},
+		// A create accepts a link-local address (it sends the visitor's
+		// browser there; the server never fetches it), so the cache does.
+		{"https://169.254.169.254/", true},
+		{"", false}, {"javascript:alert(1)", false}, {"https://a b/", false}, {"https://x/\x00", false},
+		{"https://\u00e9.example/", false}, {"https://x/" + strings.Repeat("a", maxURLLength), false},
+		{"http://localhost/", false}, {"http://127.1/", false}, {"http://0x7f000001/", false},
+		{"https://u:p@example.com/", false}, {"https://EXAMPLE.com/", false}, {"https://example.com:443x/", false},
+		{"https://[::1]/", false},
 	} {
-		if got := plausibleURL(v); got != want {
-			t.Errorf("plausibleURL(%q) = %v, want %v", v, got, want)
+		if got := storableURL(tt.v); got != tt.want {
+			t.Errorf("storableURL(%q) = %v, want %v", tt.v, got, tt.want)
 		}
 	}
 }
@@ -175,9 +194,57 @@ func TestCacheDoesNotCacheNotFound(t *testing.T) {
 	}
 }
 
+// TestCacheWrongTypeKey: a key Redis cannot GET (a hash where a string
+// should be) is Redis saying no, not Redis failing: the breaker stays
+// closed and the cache goes on serving every other code.
+func TestCacheWrongTypeKey(t *testing.T) {
+	opts, prefix := testRedis(t)
+	mem := newMemoryStore()
+	rdb := openTestRedis(t, opts, testRedisTimeout, discardLog)
+	newTestClock().set(rdb.breaker)
+	var counts testResults
+	c := newTestCacheOn(t, mem, rdb, prefix, discardLog)
+	c.counts = counts.results()
+	look := lookInto(t, opts)
+	ctx := context.Background()
+	// A code in Redis only: served from the cache or not at all.
+	if err := look.Set(ctx, prefix+"cached1", "https://go.dev/cached", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := look.HSet(ctx, prefix+"HHHHHHH", "f", "v").Err(); err != nil {
+		t.Fatal(err)
+	}
+	const n = 10
+	for i := range n { // in a row: failures would open the breaker
+		if got, err := c.Lookup(ctx, "HHHHHHH"); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("lookup %d of a code whose key is a hash, in no store = %q, %v; want ErrNotFound", i, got, err)
+		}
+	}
+	breakerClosed(t, rdb.breaker)
+	for i := range n {
+		if got, err := c.Lookup(ctx, "cached1"); err != nil || got != "https://go.dev/cached" {
+			t.Fatalf("lookup %d of another code = %q, %v; want it from the cache", i, got, err)
+		}
+	}
+	if counts.hit.get() != n || counts.err.get() != 0 || counts.skipped.get() != 0 {
+		t.Errorf("after %d lookups of each: %v; want %d hits, no error, none skipped", n, &counts, n)
+	}
+	// A code the store has: served from there, and the key overwritten.
+	if err := mem.Save(ctx, "HHHHHHH", "https://go.dev/hash"); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := c.Lookup(ctx, "HHHHHHH"); err != nil || got != "https://go.dev/hash" {
+		t.Errorf("lookup of a code in the store whose key is a hash = %q, %v; want the store's URL", got, err)
+	}
+	if v, err := look.Get(ctx, prefix+"HHHHHHH").Result(); err != nil || v != "https://go.dev/hash" {
+		t.Errorf("after the lookup, Redis holds %q, %v; want the store's URL", v, err)
+	}
+}
+
 // TestCacheRedisGoneMidRun cuts the connection to a real Redis while the
-// cache is in use: lookups must go on being answered by the store, quickly,
-// and the log must not get a line per request.
+// cache is in use: lookups must go on being answered by the store, Redis
+// must be asked only until the breaker opens, and the log must not get a
+// line per request.
 func TestCacheRedisGoneMidRun(t *testing.T) {
 	opts, prefix := testRedis(t)
 	proxy := startProxy(t, opts.Addr)
@@ -185,7 +252,11 @@ func TestCacheRedisGoneMidRun(t *testing.T) {
 	viaProxy.Addr = proxy.addr()
 	logs := &syncBuffer{}
 	log := slog.New(slog.NewTextHandler(logs, nil))
-	c, _ := newTestCache(t, openTestStore(t), &viaProxy, prefix, log)
+	rdb := openTestRedis(t, &viaProxy, testRedisTimeout, log)
+	newTestClock().set(rdb.breaker) // stands still: the breaker stays open once open
+	var counts testResults
+	c := newTestCacheOn(t, openTestStore(t), rdb, prefix, log)
+	c.counts = counts.results()
 	ctx := context.Background()
 	if err := c.Save(ctx, "goneRd1", "https://go.dev/gone"); err != nil {
 		t.Fatal(err)
@@ -196,7 +267,6 @@ func TestCacheRedisGoneMidRun(t *testing.T) {
 
 	proxy.cut()
 	const n = 50
-	start := time.Now()
 	for i := range n {
 		got, err := c.Lookup(ctx, "goneRd1")
 		if err != nil || got != "https://go.dev/gone" {
@@ -206,236 +276,64 @@ func TestCacheRedisGoneMidRun(t *testing.T) {
 	if _, err := c.Lookup(ctx, "nothere"); !errors.Is(err, ErrNotFound) {
 		t.Errorf("Lookup of an unknown code with Redis gone: err = %v, want ErrNotFound", err)
 	}
-	// A refused connection fails at once: with no retries, the lookup
-	// costs about what Postgres alone costs, far below cacheTimeout.
-	perLookup := time.Since(start) / n
-	if perLookup > 50*time.Millisecond {
-		t.Errorf("with Redis gone a lookup took %v on average, want under 50ms (no retries)", perLookup)
+	if counts.err.get() != breakerFailures || counts.skipped.get() != n+1-breakerFailures {
+		t.Errorf("%d lookups with Redis gone: %v; want %d errors, then the rest skipped", n+1, &counts, breakerFailures)
 	}
 	if lines := strings.Count(logs.String(), "cache get failed"); lines < 1 || lines > 2 {
-		t.Errorf("%d log lines for %d failed cache reads, want 1 or 2 (sampled):\n%s", lines, n+1, logs)
+		t.Errorf("%d log lines for %d failed cache reads, want 1 or 2 (sampled):\n%s", lines, breakerFailures, logs)
 	}
-}
-
-// tcpProxy forwards TCP connections to a real server until cut, which
-// closes the listener and every connection: the server is "gone" as far as
-// the client can tell, while the real one goes on serving other tests.
-// stall makes it a server that is there and does not answer: connections
-// are accepted and bytes taken, and nothing comes back, as from a process
-// frozen with SIGSTOP.
-type tcpProxy struct {
-	ln      net.Listener
-	target  string
-	stalled atomic.Bool
-	closed  atomic.Bool
-	mu      sync.Mutex
-	conns   []net.Conn
-}
-
-func startProxy(t *testing.T, target string) *tcpProxy {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &tcpProxy{ln: ln, target: target}
-	go p.serve()
-	t.Cleanup(p.cut)
-	return p
-}
-
-func (p *tcpProxy) addr() string { return p.ln.Addr().String() }
-
-func (p *tcpProxy) serve() {
-	for {
-		in, err := p.ln.Accept()
-		if err != nil {
-			return // cut
-		}
-		p.mu.Lock()
-		p.conns = append(p.conns, in)
-		p.mu.Unlock()
-		if p.stalled.Load() {
-			continue // held open, never answered
-		}
-		out, err := net.Dial("tcp", p.target)
-		if err != nil {
-			in.Close() //nolint:errcheck // the client sees the closed connection, which is the point
-			continue
-		}
-		p.mu.Lock()
-		p.conns = append(p.conns, out)
-		p.mu.Unlock()
-		go p.pump(in, out)
-		go p.pump(out, in)
-	}
-}
-
-// pump copies src to dst until either side fails, then closes both; while
-// the proxy is stalled it holds what it read. An error here is a
-// connection ending, which is what the proxy exists to do.
-func (p *tcpProxy) pump(dst, src net.Conn) {
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := src.Read(buf)
-		for p.stalled.Load() && !p.closed.Load() {
-			time.Sleep(5 * time.Millisecond)
-		}
-		if n > 0 && !p.closed.Load() {
-			if _, werr := dst.Write(buf[:n]); werr != nil {
-				err = werr
-			}
-		}
-		if err != nil || p.closed.Load() {
-			dst.Close() //nolint:errcheck // see above
-			src.Close() //nolint:errcheck // see above
-			return
-		}
-	}
-}
-
-func (p *tcpProxy) stall() { p.stalled.Store(true) }
-
-// drop closes every connection open now, as a network failure would; new
-// connections are still accepted.
-func (p *tcpProxy) drop() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, c := range p.conns {
-		c.Close() //nolint:errcheck // a connection closed twice is expected here
-	}
-	p.conns = nil
-}
-
-func (p *tcpProxy) cut() {
-	p.closed.Store(true)
-	p.ln.Close() //nolint:errcheck // closing twice (cut, then cleanup) is expected
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, c := range p.conns {
-		c.Close() //nolint:errcheck // as above
-	}
-	p.conns = nil
 }
 
 // TestCacheRedisStalled points the cache at a Redis that accepts
 // connections and never answers, as a SIGSTOPped one does: each lookup may
-// wait REDIS_TIMEOUT at most, and once the breaker opens, not at all.
+// wait REDIS_TIMEOUT at most, and once the breaker opens, Redis is not
+// asked until the cooldown is over (on a clock the test moves).
 func TestCacheRedisStalled(t *testing.T) {
 	opts, prefix := testRedis(t)
 	hole := startBlackHole(t)
 	stalled := *opts
 	stalled.Addr = hole
 	logs := &syncBuffer{}
-	c, _ := newTestCacheTimeout(t, openTestStore(t), &stalled, prefix, 50*time.Millisecond, slog.New(slog.NewTextHandler(logs, nil)))
+	log := slog.New(slog.NewTextHandler(logs, nil))
+	// The production timeout: here it must expire for the test to go on.
+	rdb := openTestRedis(t, &stalled, defaultRedisTimeout, log)
+	clock := newTestClock().set(rdb.breaker)
+	var counts testResults
+	c := newTestCacheOn(t, openTestStore(t), rdb, prefix, log)
+	c.counts = counts.results()
 	ctx := context.Background()
 	if err := c.Save(ctx, "stall01", "https://go.dev/stalled"); err != nil {
 		t.Fatal(err)
 	}
-	const n = 100
-	var slowest, total time.Duration
-	for i := range n {
+	lookup := func(i int) {
+		t.Helper()
 		start := time.Now()
 		got, err := c.Lookup(ctx, "stall01")
-		took := time.Since(start)
+		// Generous: a lookup waits the Redis timeout, not for ever.
+		if took := time.Since(start); took > 5*time.Second {
+			t.Fatalf("Lookup %d with Redis stalled took %v; want it bounded by the %v timeout", i, took, defaultRedisTimeout)
+		}
 		if err != nil || got != "https://go.dev/stalled" {
 			t.Fatalf("Lookup %d with Redis stalled = %q, %v; want the URL from Postgres", i, got, err)
 		}
-		slowest, total = max(slowest, took), total+took
 	}
-	// Without the breaker each lookup would wait its 50ms: 5 s in all.
-	if slowest > 200*time.Millisecond || total > time.Second {
-		t.Errorf("%d lookups with Redis stalled: slowest %v, all %v; want each under 200ms and all under 1s", n, slowest, total)
+	const n = 100
+	for i := range n {
+		lookup(i)
+	}
+	if counts.err.get() != breakerFailures || counts.skipped.get() != n-breakerFailures {
+		t.Errorf("%d lookups with Redis stalled: %v; want %d that waited for Redis, then the rest skipped", n, &counts, breakerFailures)
 	}
 	if !strings.Contains(logs.String(), "breaker open") {
 		t.Errorf("log does not say the breaker opened:\n%s", logs)
 	}
-}
-
-// startBlackHole listens on a port and accepts connections but never reads
-// or writes: a server that is there and does not answer.
-func startBlackHole(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	var conns []net.Conn
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return // closed at cleanup
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() {
-		ln.Close() //nolint:errcheck // the test is over; closing is all that is left
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range conns {
-			c.Close() //nolint:errcheck // as above
-		}
-	})
-	return ln.Addr().String()
-}
-
-// TestBreaker walks the breaker through its states with errors made up.
-func TestBreaker(t *testing.T) {
-	b := newBreaker(3, 50*time.Millisecond, discardLog)
-	fail := errors.New("i/o timeout")
-	allow := func() bool { ok, _ := b.allow(); return ok }
-	call := func(err error) {
-		t.Helper()
-		ok, at := b.allow()
-		if !ok {
-			t.Fatal("closed breaker refused a call")
-		}
-		b.done(at, err)
-	}
-	call(fail)
-	call(fail)
-	call(nil) // a success in between: the count starts again
-	call(fail)
-	call(fail)
-	if !allow() {
-		t.Fatal("breaker opened after two failures in a row, want three")
-	}
-	_, early := b.allow() // a call that began before the breaker opened
-	call(fail)
-	if allow() {
-		t.Fatal("breaker still closed after three failures in a row")
-	}
-	b.done(early, nil) // its success is old news
-	if allow() {
-		t.Fatal("a success of a call from before the breaker opened closed it")
-	}
-	time.Sleep(60 * time.Millisecond)
-	ok, probe := b.allow()
-	if !ok {
-		t.Fatal("after the cooldown, no call was let through to probe")
-	}
-	if allow() {
-		t.Fatal("after the cooldown, a second call was let through while the first probes")
-	}
-	b.done(probe, fail) // the probe failed: open again
-	if allow() {
-		t.Fatal("breaker closed after a failed probe")
-	}
-	time.Sleep(60 * time.Millisecond)
-	ok, probe = b.allow()
-	if !ok {
-		t.Fatal("no probe after the second cooldown")
-	}
-	b.done(probe, nil)
-	for i := range 3 {
-		if !allow() {
-			t.Fatalf("after a good probe, call %d refused; want the breaker closed", i)
-		}
+	// Past the cooldown, one lookup probes Redis, fails, and the breaker
+	// opens again.
+	clock.add(breakerCooldown)
+	lookup(n)
+	lookup(n + 1)
+	if counts.err.get() != breakerFailures+1 || counts.skipped.get() != n-breakerFailures+1 {
+		t.Errorf("after the cooldown and two more lookups: %v; want one probe, one skipped", &counts)
 	}
 }
 
@@ -450,15 +348,23 @@ func (c *countingStore) Lookup(ctx context.Context, code string) (string, error)
 	return c.Store.Lookup(ctx, code)
 }
 
+func newTestLocalCache(t *testing.T, behind Store, size int, ttl time.Duration) (*localCache, *testClock) {
+	t.Helper()
+	c, err := newLocalCache(behind, size, ttl, cacheResults{noCount{}, noCount{}, noCount{}, noCount{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock := newTestClock()
+	c.now = clock.now
+	return c, clock
+}
+
 // TestLocalCache: a link looked up once is answered from memory after
 // that; unknown codes are not kept; the least recently used link is the
 // one that makes room.
 func TestLocalCache(t *testing.T) {
 	behind := &countingStore{Store: newMemoryStore()}
-	c, err := newLocalCache(behind, 2, cacheResults{noCount{}, noCount{}, noCount{}, noCount{}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, _ := newTestLocalCache(t, behind, 2, time.Minute)
 	ctx := context.Background()
 	for _, code := range []string{"aaaaaa1", "bbbbbb2", "cccccc3"} {
 		if err := c.Save(ctx, code, "https://go.dev/"+code); err != nil {
@@ -485,7 +391,52 @@ func TestLocalCache(t *testing.T) {
 			t.Errorf("step %d: %d lookups reached the store, want %d", i, n, s.reaching)
 		}
 	}
-	if _, err := newLocalCache(behind, 0, cacheResults{noCount{}, noCount{}, noCount{}, noCount{}}); err == nil {
-		t.Error("newLocalCache(0) did not fail")
+	for _, bad := range []struct {
+		size int
+		ttl  time.Duration
+	}{{0, time.Minute}, {2, 0}, {2, -time.Second}} {
+		if _, err := newLocalCache(behind, bad.size, bad.ttl, cacheResults{noCount{}, noCount{}, noCount{}, noCount{}}); err == nil {
+			t.Errorf("newLocalCache(size %d, ttl %v) did not fail", bad.size, bad.ttl)
+		}
 	}
+}
+
+// TestLocalCacheExpires: an entry is served from memory for ttl, then asked
+// for again; a link deleted behind the cache stops being served once its
+// entry has expired.
+func TestLocalCacheExpires(t *testing.T) {
+	mem := newMemoryStore()
+	behind := &countingStore{Store: mem}
+	const ttl = time.Minute
+	c, clock := newTestLocalCache(t, behind, 10, ttl)
+	ctx := context.Background()
+	if err := c.Save(ctx, "expire1", "https://go.dev/x"); err != nil {
+		t.Fatal(err)
+	}
+	lookup := func(wantErr error, wantReaching int64) {
+		t.Helper()
+		got, err := c.Lookup(ctx, "expire1")
+		if !errors.Is(err, wantErr) || (err == nil && got != "https://go.dev/x") {
+			t.Errorf("Lookup = %q, %v; want error %v", got, err, wantErr)
+		}
+		if n := behind.lookups.Load(); n != wantReaching {
+			t.Errorf("%d lookups reached the store, want %d", n, wantReaching)
+		}
+	}
+	lookup(nil, 1)
+	clock.add(ttl - 1)
+	lookup(nil, 1) // still fresh
+	clock.add(1)
+	lookup(nil, 2) // expired: asked again, and kept for another ttl
+	clock.add(ttl - 1)
+	lookup(nil, 2)
+
+	// Deleted behind the cache: served from memory until the entry expires.
+	mem.mu.Lock()
+	delete(mem.links, "expire1")
+	mem.mu.Unlock()
+	lookup(nil, 2)
+	clock.add(1)
+	lookup(ErrNotFound, 3)
+	lookup(ErrNotFound, 4) // and not kept
 }

@@ -10,8 +10,11 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // TestClickQueueWritesEveryClick: clicks queued, then Close, and the store
@@ -318,4 +321,72 @@ func TestClickQueueCountsLateClicks(t *testing.T) {
 	if !strings.Contains(logs.String(), "written=1") {
 		t.Errorf("close log does not say written=1:\n%s", logs)
 	}
+}
+
+// TestClickQueueCountsClicksLostAtShutdown: with a store that does not
+// answer, a drain cut short by its deadline counts every click it did not
+// write as lost, in the metric and in a log line; a batch that the store
+// takes after that is not counted a second time.
+func TestClickQueueCountsClicksLostAtShutdown(t *testing.T) {
+	unblock := make(chan struct{})
+	var writes atomic.Int64
+	write := func(ctx context.Context, codes []string) error {
+		writes.Add(1)
+		<-unblock
+		return nil
+	}
+	logs := &syncBuffer{}
+	q := newClickQueue(write, 100, 10, time.Hour, clickObservers{}, slog.New(slog.NewTextHandler(logs, nil)))
+	m := newMetrics(prometheus.NewRegistry())
+	m.watchClicks(q)
+	const n = 57
+	for range n {
+		q.Click(context.Background(), "stuck01")
+	}
+	// The deadline is what is tested, and nothing answers before it: any
+	// length would do.
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if err := q.Close(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Close with a store that does not answer = %v, want DeadlineExceeded", err)
+	}
+	if got := gathered(t, m, "shortener_clicks_lost_total"); got != n {
+		t.Errorf("shortener_clicks_lost_total = %v, want %d", got, n)
+	}
+	if want := fmt.Sprintf("clicks lost at shutdown: still queued when the drain ended\" clicks=%d", n); !strings.Contains(logs.String(), want) {
+		t.Errorf("log does not say %s:\n%s", want, logs)
+	}
+	// The store answers at last: the batch it held (if the worker got
+	// that far before the deadline) is written, but it was counted lost,
+	// and stays so; nothing else is written.
+	close(unblock)
+	select {
+	case <-q.done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the click worker did not stop within 30 s of the store answering")
+	}
+	if q.written.Load() != 0 || q.notWritten() != n || writes.Load() > 1 {
+		t.Errorf("after the store answered: written %d, lost %d, writes %d; want 0, %d, at most 1",
+			q.written.Load(), q.notWritten(), writes.Load(), n)
+	}
+}
+
+// gathered returns the value of the one series named name in m's registry.
+func gathered(t *testing.T, m *metrics, name string) float64 {
+	t.Helper()
+	families, err := m.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() == name && len(f.GetMetric()) == 1 {
+			mt := f.GetMetric()[0]
+			if c := mt.GetCounter(); c != nil {
+				return c.GetValue()
+			}
+			return mt.GetGauge().GetValue()
+		}
+	}
+	t.Fatalf("no single series %s in the registry", name)
+	return 0
 }

@@ -23,6 +23,21 @@ func parseTrustedProxies(raw string) (trustedProxies, error) {
 			continue
 		}
 		if p, err := netip.ParsePrefix(s); err == nil {
+			// An IPv4 prefix written the IPv6 way (::ffff:10.0.0.0/104)
+			// is kept as the IPv4 prefix it means: trusts unmaps every
+			// peer, so the mapped form would never match anything.
+			if p.Addr().Is4In6() {
+				if p.Bits() < 96 {
+					return nil, fmt.Errorf("%q mixes IPv4-mapped and other IPv6 addresses: write the IPv4 prefix", s)
+				}
+				p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
+			}
+			// Trusting every address lets any client name its own
+			// address, and so choose its own rate limit. (Checked after
+			// the unmapping: ::ffff:0.0.0.0/96 is 0.0.0.0/0.)
+			if p.Bits() == 0 {
+				return nil, fmt.Errorf("%q trusts every address, so any client could choose its own: name the proxies", s)
+			}
 			tp = append(tp, p.Masked())
 			continue
 		}
@@ -36,7 +51,9 @@ func parseTrustedProxies(raw string) (trustedProxies, error) {
 }
 
 func (tp trustedProxies) trusts(a netip.Addr) bool {
-	a = a.Unmap()
+	// A link-local peer comes with its zone (fe80::1%eth0), and a prefix
+	// contains no zoned address.
+	a = a.Unmap().WithZone("")
 	for _, p := range tp {
 		if p.Contains(a) {
 			return true
@@ -45,35 +62,59 @@ func (tp trustedProxies) trusts(a netip.Addr) bool {
 	return false
 }
 
+// maxHopLen is the longest X-Forwarded-For entry read as an address: an
+// IPv6 address with an IPv4 tail is 45 characters; anything longer is not
+// one of our proxies' writing, and is not parsed.
+const maxHopLen = 64
+
 // clientIP is the address of the client that sent r. It is the connection's
 // peer unless the peer is a trusted proxy; then X-Forwarded-For is read
 // from the right (each proxy appends the address it saw), skipping trusted
 // proxies, and the first address that is not one is the client. Entries to
 // the left of it were written by the client itself and are ignored.
 func (tp trustedProxies) clientIP(r *http.Request) netip.Addr {
+	client, _ := tp.client(r)
+	return client
+}
+
+// client is clientIP, and whether the peer is a trusted proxy.
+func (tp trustedProxies) client(r *http.Request) (client netip.Addr, peerTrusted bool) {
 	peer := peerAddr(r)
 	if !peer.IsValid() || !tp.trusts(peer) {
-		return peer
+		return peer, false
 	}
-	// Several X-Forwarded-For headers are one list, in order.
-	var hops []string
-	for _, h := range r.Header.Values("X-Forwarded-For") {
-		hops = append(hops, strings.Split(h, ",")...)
-	}
-	client := peer
-	for i := len(hops) - 1; i >= 0; i-- {
-		a, err := netip.ParseAddr(strings.TrimSpace(hops[i]))
-		if err != nil {
-			// Not written by a proxy of ours, which writes addresses:
-			// the last one we could believe stands.
-			return client
+	// Several X-Forwarded-For headers are one list, in order: read the
+	// last header first, each from its right end.
+	client = peer
+	hs := r.Header.Values("X-Forwarded-For")
+	for i := len(hs) - 1; i >= 0; i-- {
+		h := hs[i]
+		for h != "" {
+			hop := h
+			if j := strings.LastIndexByte(h, ','); j >= 0 {
+				hop, h = h[j+1:], h[:j]
+			} else {
+				h = ""
+			}
+			hop = strings.TrimSpace(hop)
+			if len(hop) > maxHopLen {
+				return client, true // not an address: the last one we could believe stands
+			}
+			a, err := netip.ParseAddr(hop)
+			if err != nil {
+				// Not written by a proxy of ours, which writes addresses:
+				// the last one we could believe stands.
+				return client, true
+			}
+			// A zone ("%eth0") means nothing beyond its host, and would
+			// make one client many for the rate limit.
+			client = a.Unmap().WithZone("")
+			if !tp.trusts(client) {
+				return client, true
+			}
 		}
-		client = a.Unmap()
-		if !tp.trusts(client) {
-			return client
-		}
 	}
-	return client
+	return client, true
 }
 
 // peerAddr is the address at the other end of r's connection.

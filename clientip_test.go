@@ -32,6 +32,12 @@ func TestClientIP(t *testing.T) {
 		{"only trusted hops", "127.0.0.1:40000", []string{"10.0.0.1"}, "10.0.0.1"},
 		{"ipv6 peer trusted", "[::1]:40000", []string{"2001:db8::1"}, "2001:db8::1"},
 		{"ipv4-mapped hop", "127.0.0.1:40000", []string{"::ffff:203.0.113.7"}, "203.0.113.7"},
+		{"zone dropped", "127.0.0.1:40000", []string{"fe80::1%eth0"}, "fe80::1"},
+		{"overlong last hop", "127.0.0.1:40000", []string{"203.0.113.7, fe80::1%" + strings.Repeat("x", 60)}, "127.0.0.1"},
+		{"overlong hop of the client's", "127.0.0.1:40000", []string{strings.Repeat("1", 60_000) + ", 203.0.113.7"}, "203.0.113.7"},
+		{"empty header skipped", "127.0.0.1:40000", []string{"203.0.113.7", ""}, "203.0.113.7"},
+		{"trailing comma", "127.0.0.1:40000", []string{"203.0.113.7,"}, "127.0.0.1"},
+		{"many trusted hops", "127.0.0.1:40000", []string{"198.51.100.9, " + strings.Repeat("10.0.0.1, ", 1000) + "10.0.0.2"}, "198.51.100.9"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -58,7 +64,7 @@ func TestClientIPTrustsNobodyByDefault(t *testing.T) {
 }
 
 func TestParseTrustedProxies(t *testing.T) {
-	for _, bad := range []string{"localhost", "10.0.0.0/33", "1.2.3", "127.0.0.1:80"} {
+	for _, bad := range []string{"localhost", "10.0.0.0/33", "1.2.3", "127.0.0.1:80", "0.0.0.0/0", "::/0", "10.0.0.1, 8.8.8.8/0", "::ffff:0.0.0.0/96", "::ffff:10.0.0.0/95"} {
 		if _, err := parseTrustedProxies(bad); err == nil {
 			t.Errorf("parseTrustedProxies(%q) = nil error, want one", bad)
 		}

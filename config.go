@@ -3,6 +3,8 @@ package main
 import (
 	"errors"
 	"fmt"
+	"net"
+	"net/netip"
 	"net/url"
 	"slices"
 	"strconv"
@@ -75,17 +77,23 @@ type config struct {
 	redis        *redis.Options
 	redisTimeout time.Duration // REDIS_TIMEOUT: each Redis call's deadline
 	// redisPrefix is REDIS_KEY_PREFIX, put before every key the service
-	// writes, for a Redis shared with other programs (or other tests).
+	// writes, for a Redis shared with other programs, other deployments
+	// (which would otherwise serve each other's links) or other tests.
 	redisPrefix string
 	cacheTTL    time.Duration // CACHE_TTL
 	// localCache is LOCAL_CACHE_SIZE: links kept in the process's memory
 	// in front of Redis and Postgres; 0 = none.
 	localCache int
+	// localCacheTTL is LOCAL_CACHE_TTL: how long a link stays in the
+	// process's memory, so that a link deleted or a bad entry is not
+	// served until every instance restarts.
+	localCacheTTL time.Duration
 
 	limits limitConfig // MAX_IN_FLIGHT, CREATE_RATE, CREATE_BURST
 
 	// metricsAddr is METRICS_ADDR: where /metrics and /debug/pprof listen,
-	// a private address; "off" means no metrics at all.
+	// a loopback address unless METRICS_PUBLIC=true; "off" means no
+	// metrics at all.
 	metricsAddr string
 	logFormat   string // LOG_FORMAT: "text" or "json"
 
@@ -94,6 +102,15 @@ type config struct {
 	// transaction per create.
 	createBatch int
 	accessLog   bool // ACCESS_LOG: a log line for every request
+
+	// idleConnsMax is IDLE_CONNS_MAX: while more connections than this are
+	// open, one that finishes a request is closed instead of kept alive
+	// (see idleConnLimit). 0 = no cap.
+	idleConnsMax int
+
+	// warnings are settings that are allowed but risky, for run to log
+	// once the logger exists.
+	warnings []string
 }
 
 // limitConfig is how much the service takes on before it says no.
@@ -137,6 +154,44 @@ const (
 	maxLocalCache     = 1_000_000
 )
 
+// defaultLocalCacheTTL bounds how long a link is served from a process's
+// memory without asking Redis or Postgres again (LOCAL_CACHE_TTL). Links do
+// not change, but one can be deleted, or a bad value can get into Redis and
+// from there into memory: without a bound, each process would go on
+// serving it until it restarts. The cost is one miss per link per process
+// per TTL: for a hot link, nothing to speak of. The range: below a second
+// the local cache would hardly hit; past a day a bad entry outlives anyone
+// watching for it.
+const (
+	defaultLocalCacheTTL = time.Minute
+	minLocalCacheTTL     = time.Second
+	maxLocalCacheTTL     = 24 * time.Hour
+)
+
+// defaultRedisPrefix namespaces every key the service writes, so that two
+// deployments sharing one Redis (or a Redis shared with other programs) do
+// not read each other's links and counters.
+const defaultRedisPrefix = "shortener:"
+
+// defaultIdleConnsMax bounds the keep-alive connections one instance keeps
+// open between requests. Each costs about 20 KB (6,000 idle connections
+// took a process from 20 to 138 MB); 1,024 of them is 20 MB at most, far
+// more than nginx's upstream keepalive pools need.
+const (
+	defaultIdleConnsMax = 1024
+	maxIdleConnsMax     = 1_000_000
+)
+
+// maxDBConns bounds DB_MAX_OPEN_CONNS and DB_MAX_IDLE_CONNS: Postgres's
+// own max_connections is 100 by default, and each connection is a process
+// on its side; ten thousand is already past any server's sense.
+const maxDBConns = 10_000
+
+// minConnLifetime is the shortest DB_CONN_MAX_LIFETIME or
+// DB_CONN_MAX_IDLE_TIME allowed (0 aside, which means never): below it the
+// pool would open a connection for nearly every query.
+const minConnLifetime = time.Second
+
 // defaultMetricsAddr is where /metrics and the profiler listen unless
 // METRICS_ADDR says otherwise: the loopback address only, so that nothing
 // outside the machine reaches them, on the port Go's profiler examples use.
@@ -163,9 +218,12 @@ func defaultConfig() config {
 			prepare:     defaultPrepare,
 			timeout:     defaultDBTimeout,
 		},
-		cacheTTL:     defaultCacheTTL,
-		redisTimeout: defaultRedisTimeout,
-		localCache:   defaultLocalCache,
+		cacheTTL:      defaultCacheTTL,
+		redisTimeout:  defaultRedisTimeout,
+		localCache:    defaultLocalCache,
+		localCacheTTL: defaultLocalCacheTTL,
+		redisPrefix:   defaultRedisPrefix,
+		idleConnsMax:  defaultIdleConnsMax,
 		limits: limitConfig{
 			maxInFlight: defaultMaxInFlight,
 			createRate:  defaultCreateRate,
@@ -210,9 +268,21 @@ func loadConfig(getenv func(string) string) (config, error) {
 	env := envReader{getenv: getenv}
 	cfg.addr = env.str("ADDR", cfg.addr)
 	cfg.metricsAddr = env.str("METRICS_ADDR", cfg.metricsAddr)
+	metricsPublic := env.bool("METRICS_PUBLIC", false)
 	// (Port 0 is the kernel's pick, a different port each time.)
 	if cfg.metricsAddr != "off" && cfg.metricsAddr == cfg.addr && !strings.HasSuffix(cfg.addr, ":0") {
 		env.fail("METRICS_ADDR", cfg.metricsAddr, "want an address other than ADDR's (metrics must not be public), or off")
+	} else if cfg.metricsAddr != "off" {
+		// The profiler listens there too: anyone who reaches it can
+		// read the process's memory and stall it for a profile's length.
+		switch loopback, err := loopbackAddr(cfg.metricsAddr); {
+		case err != nil:
+			env.fail("METRICS_ADDR", cfg.metricsAddr, "want host:port, like 127.0.0.1:6060, or off")
+		case !loopback && !metricsPublic:
+			env.fail("METRICS_ADDR", cfg.metricsAddr, "want a loopback address like 127.0.0.1:6060 (the profiler listens there too), or METRICS_PUBLIC=true to serve it beyond this machine")
+		case !loopback:
+			cfg.warnings = append(cfg.warnings, "METRICS_PUBLIC=true: metrics and the profiler listen beyond this machine on "+cfg.metricsAddr+"; keep that address behind a firewall")
+		}
 	}
 	cfg.logFormat = env.oneOf("LOG_FORMAT", cfg.logFormat, "text", "json")
 	cfg.accessLog = env.bool("ACCESS_LOG", cfg.accessLog)
@@ -222,17 +292,22 @@ func loadConfig(getenv func(string) string) (config, error) {
 	if cfg.replicaURL != "" && cfg.databaseURL == "" {
 		env.fail("DATABASE_REPLICA_URL", "(not shown)", "a replica needs its primary: set DATABASE_URL too")
 	}
-	cfg.pool.maxOpen = env.int("DB_MAX_OPEN_CONNS", cfg.pool.maxOpen)
-	cfg.pool.maxIdle = env.int("DB_MAX_IDLE_CONNS", cfg.pool.maxIdle)
-	cfg.pool.maxIdleTime = env.duration("DB_CONN_MAX_IDLE_TIME", cfg.pool.maxIdleTime)
-	cfg.pool.maxLifetime = env.duration("DB_CONN_MAX_LIFETIME", cfg.pool.maxLifetime)
+	// 0 open connections means no limit, and 0 idle ones none kept
+	// (database/sql's meanings).
+	cfg.pool.maxOpen = env.intIn("DB_MAX_OPEN_CONNS", cfg.pool.maxOpen, 0, maxDBConns)
+	cfg.pool.maxIdle = env.intIn("DB_MAX_IDLE_CONNS", cfg.pool.maxIdle, 0, maxDBConns)
+	// 0 means never (database/sql's meaning).
+	cfg.pool.maxIdleTime = env.durationOrZero("DB_CONN_MAX_IDLE_TIME", cfg.pool.maxIdleTime, minConnLifetime, 365*24*time.Hour)
+	cfg.pool.maxLifetime = env.durationOrZero("DB_CONN_MAX_LIFETIME", cfg.pool.maxLifetime, minConnLifetime, 365*24*time.Hour)
 	cfg.pool.prepare = env.bool("DB_PREPARE", cfg.pool.prepare)
 	cfg.pool.timeout = env.durationIn("DB_TIMEOUT", cfg.pool.timeout, 10*time.Millisecond, time.Minute)
 	cfg.redisTimeout = env.durationIn("REDIS_TIMEOUT", cfg.redisTimeout, time.Millisecond, 5*time.Second)
-	cfg.redisPrefix = read(&env, "REDIS_KEY_PREFIX", "", "want at most 64 printable ASCII characters, no spaces, like shortener:", func(raw string) (string, bool) {
+	cfg.redisPrefix = read(&env, "REDIS_KEY_PREFIX", cfg.redisPrefix, "want at most 64 printable ASCII characters, no spaces, like shortener:", func(raw string) (string, bool) {
 		return raw, len(raw) <= 64 && !strings.ContainsFunc(raw, func(r rune) bool { return r <= ' ' || r >= 0x7f })
 	})
 	cfg.localCache = env.intIn("LOCAL_CACHE_SIZE", cfg.localCache, 0, maxLocalCache)
+	cfg.localCacheTTL = env.durationIn("LOCAL_CACHE_TTL", cfg.localCacheTTL, minLocalCacheTTL, maxLocalCacheTTL)
+	cfg.idleConnsMax = env.intIn("IDLE_CONNS_MAX", cfg.idleConnsMax, 0, maxIdleConnsMax)
 	cfg.limits.maxInFlight = env.intIn("MAX_IN_FLIGHT", cfg.limits.maxInFlight, 0, 1_000_000)
 	cfg.limits.createRate = env.intIn("CREATE_RATE", cfg.limits.createRate, 0, 1_000_000)
 	cfg.limits.createBurst = env.intIn("CREATE_BURST", cfg.limits.createBurst, 1, 1_000_000)
@@ -269,23 +344,68 @@ func loadConfig(getenv func(string) string) (config, error) {
 		}
 	}
 	if raw := getenv("BASE_URL"); raw != "" {
-		u, err := url.Parse(raw)
-		host := ""
-		if err == nil && u.Host != "" {
-			host, err = asciiHost(u.Hostname())
-		}
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || host == "" ||
-			u.User != nil || u.RawQuery != "" || u.Fragment != "" {
-			env.fail("BASE_URL", raw, "want an http or https URL like https://sho.rt")
+		if host, ok := checkBaseURL(raw); !ok {
+			env.fail("BASE_URL", raw, "want an http or https URL like https://sho.rt or https://sho.rt/l: no user, query, fragment, empty path segment, space, or port outside 1 to 65535")
 		} else {
 			cfg.baseHost = host
 			cfg.baseURL = strings.TrimSuffix(raw, "/")
 		}
+	} else if len(cfg.trustedProxies) > 0 {
+		cfg.warnings = append(cfg.warnings, "BASE_URL is not set: short_url is built from the Host header, which the client chooses "+
+			"(a proxy passes it on); set BASE_URL to the service's public URL")
 	}
 	if err := env.err(); err != nil {
 		return config{}, err
 	}
 	return cfg, nil
+}
+
+// checkBaseURL accepts a BASE_URL that short links can be appended to
+// (BASE_URL + "/" + code) and returns its host in asciiHost's form.
+func checkBaseURL(raw string) (host string, ok bool) {
+	// A '?' or '#' would turn the code into a query or a fragment, and
+	// "//" in the path is a different URL from the one the mux serves.
+	// (url.Parse lets an empty "?" or "#" through, hence the raw checks.)
+	if strings.ContainsAny(raw, "?#") || strings.ContainsFunc(raw, func(r rune) bool { return r <= ' ' || r >= 0x7f }) {
+		return "", false
+	}
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil ||
+		u.Opaque != "" || strings.Contains(u.Path, "//") {
+		return "", false
+	}
+	if strings.HasSuffix(u.Host, ":") {
+		return "", false // an empty port
+	}
+	if p := u.Port(); p != "" {
+		n, err := parseDigits(p)
+		if err != nil || n < 1 || n > 65535 {
+			return "", false
+		}
+	}
+	host, err = asciiHost(u.Hostname())
+	if err != nil || host == "" {
+		return "", false
+	}
+	return host, true
+}
+
+// loopbackAddr says whether addr (host:port, as net.Listen takes it) can
+// only be reached from this machine: a loopback IP or "localhost". An
+// empty host is every interface; any other name may resolve anywhere.
+func loopbackAddr(addr string) (bool, error) {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false, err
+	}
+	if host == "localhost" {
+		return true, nil
+	}
+	a, err := netip.ParseAddr(host)
+	if err != nil {
+		return false, nil // a name, or nothing: maybe public
+	}
+	return a.Unmap().IsLoopback(), nil
 }
 
 // envReader reads typed settings from the environment. A bad value is
@@ -309,20 +429,12 @@ func (e *envReader) str(name, def string) string {
 	return def
 }
 
-// int reads a whole number of zero or more.
-func (e *envReader) int(name string, def int) int {
-	return read(e, name, def, "want a whole number, 0 or more", func(raw string) (int, bool) {
-		n, err := strconv.Atoi(raw)
-		return n, err == nil && n >= 0
-	})
-}
-
-// duration reads a duration such as "90s" or "5m"; "0" is allowed (where it
-// means "no limit", the caller says so).
-func (e *envReader) duration(name string, def time.Duration) time.Duration {
-	return read(e, name, def, "want a duration like 90s or 5m, or 0", func(raw string) (time.Duration, bool) {
+// durationOrZero reads 0 or a duration from lo to hi (where 0 means "no
+// limit", the caller says so).
+func (e *envReader) durationOrZero(name string, def, lo, hi time.Duration) time.Duration {
+	return read(e, name, def, fmt.Sprintf("want 0 or a duration from %s to %s", lo, hi), func(raw string) (time.Duration, bool) {
 		d, err := time.ParseDuration(raw)
-		return d, err == nil && d >= 0
+		return d, err == nil && (d == 0 || d >= lo && d <= hi)
 	})
 }
 
@@ -357,12 +469,33 @@ func (e *envReader) oneOf(name, def string, words ...string) string {
 	})
 }
 
-// intIn reads a whole number from lo to hi.
+// intIn reads a whole number from lo to hi: every integer setting comes
+// through here, so that all of them take the same spelling.
 func (e *envReader) intIn(name string, def, lo, hi int) int {
 	return read(e, name, def, fmt.Sprintf("want a whole number from %d to %d", lo, hi), func(raw string) (int, bool) {
-		n, err := strconv.Atoi(raw)
-		return n, err == nil && n >= lo && n <= hi
+		n, err := parseDigits(strings.TrimPrefix(raw, "-"))
+		if err != nil {
+			return 0, false
+		}
+		if raw[0] == '-' {
+			n = -n
+		}
+		return n, n >= lo && n <= hi
 	})
+}
+
+// parseDigits reads a number written in ASCII digits only: no sign, no
+// spaces, no underscores (strconv.Atoi takes "+5"; a setting should not
+// have two spellings), and an error instead of a wrap past the int range.
+func parseDigits(s string) (int, error) {
+	if s == "" || strings.ContainsFunc(s, func(r rune) bool { return r < '0' || r > '9' }) {
+		return 0, fmt.Errorf("parse %q: want digits only", s)
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		return 0, fmt.Errorf("parse %q: %w", s, err)
+	}
+	return n, nil
 }
 
 // durationIn reads a duration from lo to hi.

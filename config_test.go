@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+	"io"
 	"net/netip"
 	"reflect"
 	"strings"
@@ -42,11 +44,73 @@ func TestLoadConfig(t *testing.T) {
 		{"redis url not a url", map[string]string{"REDIS_URL": "127.0.0.1:6379"}, config{}, true},
 		{"redis url wrong scheme", map[string]string{"REDIS_URL": "http://127.0.0.1:6379"}, config{}, true},
 		{"redis url bad db", map[string]string{"REDIS_URL": "redis://127.0.0.1:6379/x"}, config{}, true},
-		{"trusted proxies", map[string]string{"TRUSTED_PROXIES": "127.0.0.1/32, ::1"}, func() config {
+		{"trusted proxies", map[string]string{"TRUSTED_PROXIES": "127.0.0.1/32, ::1", "BASE_URL": "https://sho.rt"}, func() config {
 			c := defaultConfig()
+			c.baseURL, c.baseHost = "https://sho.rt", "sho.rt"
 			c.trustedProxies = trustedProxies{netip.MustParsePrefix("127.0.0.1/32"), netip.MustParsePrefix("::1/128")}
 			return c
 		}(), false},
+		{"trusted proxies everyone", map[string]string{"TRUSTED_PROXIES": "0.0.0.0/0"}, config{}, true},
+		{"trusted proxies every ipv6", map[string]string{"TRUSTED_PROXIES": "::/0"}, config{}, true},
+		{"trusted proxies everyone among others", map[string]string{"TRUSTED_PROXIES": "127.0.0.1, 10.1.2.3/0"}, config{}, true},
+		{"base url with fragment", map[string]string{"BASE_URL": "https://sho.rt/#"}, config{}, true},
+		{"base url with empty query", map[string]string{"BASE_URL": "https://sho.rt/?"}, config{}, true},
+		{"base url with double slash", map[string]string{"BASE_URL": "https://sho.rt//"}, config{}, true},
+		{"base url with double slash inside", map[string]string{"BASE_URL": "https://sho.rt/a//b"}, config{}, true},
+		{"base url with space in host", map[string]string{"BASE_URL": "https://sho rt"}, config{}, true},
+		{"base url with space in path", map[string]string{"BASE_URL": "https://sho.rt/a b"}, config{}, true},
+		{"base url with tab", map[string]string{"BASE_URL": "https://sho.rt/a\tb"}, config{}, true},
+		{"base url port 0", map[string]string{"BASE_URL": "https://sho.rt:0"}, config{}, true},
+		{"base url port 99999", map[string]string{"BASE_URL": "https://sho.rt:99999"}, config{}, true},
+		{"base url port empty", map[string]string{"BASE_URL": "https://sho.rt:"}, config{}, true},
+		{"base url with user", map[string]string{"BASE_URL": "https://me@sho.rt"}, config{}, true},
+		{"base url with port and path", map[string]string{"BASE_URL": "https://sho.rt:65535/l/"}, func() config {
+			c := defaultConfig()
+			c.baseURL, c.baseHost = "https://sho.rt:65535/l", "sho.rt"
+			return c
+		}(), false},
+		{"conn lifetime a nanosecond", map[string]string{"DB_CONN_MAX_LIFETIME": "1ns"}, config{}, true},
+		{"conn lifetime under a second", map[string]string{"DB_CONN_MAX_LIFETIME": "999ms"}, config{}, true},
+		{"conn idle time a nanosecond", map[string]string{"DB_CONN_MAX_IDLE_TIME": "1ns"}, config{}, true},
+		{"conn lifetime a second, idle time never", map[string]string{"DB_CONN_MAX_LIFETIME": "1s", "DB_CONN_MAX_IDLE_TIME": "0"}, func() config {
+			c := defaultConfig()
+			c.pool.maxLifetime, c.pool.maxIdleTime = time.Second, 0
+			return c
+		}(), false},
+		{"open conns past the cap", map[string]string{"DB_MAX_OPEN_CONNS": "10001"}, config{}, true},
+		{"open conns past int32", map[string]string{"DB_MAX_OPEN_CONNS": "99999999999"}, config{}, true},
+		{"open conns past int64", map[string]string{"DB_MAX_OPEN_CONNS": "99999999999999999999999"}, config{}, true},
+		{"idle conns past the cap", map[string]string{"DB_MAX_IDLE_CONNS": "10001"}, config{}, true},
+		{"open conns at the cap", map[string]string{"DB_MAX_OPEN_CONNS": "10000"}, func() config { c := defaultConfig(); c.pool.maxOpen = 10000; return c }(), false},
+		{"in flight with plus", map[string]string{"MAX_IN_FLIGHT": "+5"}, config{}, true},
+		{"in flight with space", map[string]string{"MAX_IN_FLIGHT": " 5"}, config{}, true},
+		{"in flight with underscore", map[string]string{"MAX_IN_FLIGHT": "1_000"}, config{}, true},
+		{"in flight in hex", map[string]string{"MAX_IN_FLIGHT": "0x10"}, config{}, true},
+		{"in flight two minuses", map[string]string{"MAX_IN_FLIGHT": "--5"}, config{}, true},
+		{"in flight a minus", map[string]string{"MAX_IN_FLIGHT": "-"}, config{}, true},
+		{"in flight leading zero", map[string]string{"MAX_IN_FLIGHT": "05"}, func() config { c := defaultConfig(); c.limits.maxInFlight = 5; return c }(), false},
+		{"metrics on every interface", map[string]string{"METRICS_ADDR": "0.0.0.0:6060"}, config{}, true},
+		{"metrics on every interface, no host", map[string]string{"METRICS_ADDR": ":6060"}, config{}, true},
+		{"metrics on every ipv6 interface", map[string]string{"METRICS_ADDR": "[::]:6060"}, config{}, true},
+		{"metrics on a name", map[string]string{"METRICS_ADDR": "metrics.example:6060"}, config{}, true},
+		{"metrics without a port", map[string]string{"METRICS_ADDR": "127.0.0.1"}, config{}, true},
+		{"metrics public maybe", map[string]string{"METRICS_ADDR": "0.0.0.0:6060", "METRICS_PUBLIC": "maybe"}, config{}, true},
+		{"metrics public", map[string]string{"METRICS_ADDR": "0.0.0.0:6060", "METRICS_PUBLIC": "true"}, func() config {
+			c := defaultConfig()
+			c.metricsAddr = "0.0.0.0:6060"
+			c.warnings = []string{"METRICS_PUBLIC=true: metrics and the profiler listen beyond this machine on 0.0.0.0:6060; keep that address behind a firewall"}
+			return c
+		}(), false},
+		{"metrics on localhost", map[string]string{"METRICS_ADDR": "localhost:6060"}, func() config { c := defaultConfig(); c.metricsAddr = "localhost:6060"; return c }(), false},
+		{"metrics on ipv6 loopback", map[string]string{"METRICS_ADDR": "[::1]:6060"}, func() config { c := defaultConfig(); c.metricsAddr = "[::1]:6060"; return c }(), false},
+		{"local cache ttl", map[string]string{"LOCAL_CACHE_TTL": "24h"}, func() config { c := defaultConfig(); c.localCacheTTL = 24 * time.Hour; return c }(), false},
+		{"local cache ttl zero", map[string]string{"LOCAL_CACHE_TTL": "0"}, config{}, true},
+		{"local cache ttl under a second", map[string]string{"LOCAL_CACHE_TTL": "999ms"}, config{}, true},
+		{"local cache ttl over a day", map[string]string{"LOCAL_CACHE_TTL": "25h"}, config{}, true},
+		{"idle conns max", map[string]string{"IDLE_CONNS_MAX": "5"}, func() config { c := defaultConfig(); c.idleConnsMax = 5; return c }(), false},
+		{"idle conns max off", map[string]string{"IDLE_CONNS_MAX": "0"}, func() config { c := defaultConfig(); c.idleConnsMax = 0; return c }(), false},
+		{"idle conns max negative", map[string]string{"IDLE_CONNS_MAX": "-1"}, config{}, true},
+		{"idle conns max huge", map[string]string{"IDLE_CONNS_MAX": "1000001"}, config{}, true},
 		{"clicks sync rows", map[string]string{"CLICKS": "sync", "CLICK_STORAGE": "rows", "DATABASE_URL": "postgres://x",
 			"CLICK_QUEUE_SIZE": "5", "CLICK_BATCH": "2", "CLICK_FLUSH": "250ms"}, func() config {
 			c := defaultConfig()
@@ -102,6 +166,16 @@ func TestLoadConfig(t *testing.T) {
 		{"base url without scheme", map[string]string{"BASE_URL": "sho.rt"}, config{}, true},
 		{"base url with path query", map[string]string{"BASE_URL": "https://sho.rt/?x=1"}, config{}, true},
 	}
+	// Every bad value must be refused with an error that names it.
+	for _, tt := range tests {
+		if tt.wantErr && len(tt.env) == 1 {
+			for name, raw := range tt.env {
+				if _, err := loadConfig(func(k string) string { return tt.env[k] }); err == nil || !strings.Contains(err.Error(), name) {
+					t.Errorf("%s=%q: error %v does not name %s", name, raw, err, name)
+				}
+			}
+		}
+	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got, err := loadConfig(func(k string) string { return tt.env[k] })
@@ -125,12 +199,14 @@ func TestLoadConfig(t *testing.T) {
 // a password in REDIS_URL is not repeated back.
 func TestLoadConfigReportsEveryBadVariable(t *testing.T) {
 	env := map[string]string{
-		"DB_MAX_OPEN_CONNS": "-1", "DB_PREPARE": "maybe", "CACHE_TTL": "soon",
-		"REDIS_URL": "redis://:s3cret@127.0.0.1:notaport", "BASE_URL": "sho.rt",
+		"DB_MAX_OPEN_CONNS": "99999999999", "DB_PREPARE": "maybe", "CACHE_TTL": "soon",
+		"REDIS_URL": "redis://:s3cret@127.0.0.1:notaport", "BASE_URL": "https://sho.rt/#",
+		"TRUSTED_PROXIES": "::/0", "DB_CONN_MAX_LIFETIME": "1ns", "MAX_IN_FLIGHT": "+5",
+		"METRICS_ADDR": "0.0.0.0:6060", "LOCAL_CACHE_TTL": "0", "IDLE_CONNS_MAX": "-1",
 	}
 	_, err := loadConfig(func(k string) string { return env[k] })
 	if err == nil {
-		t.Fatal("loadConfig accepted five bad variables")
+		t.Fatalf("loadConfig accepted %d bad variables", len(env))
 	}
 	for name := range env {
 		if !strings.Contains(err.Error(), name) {
@@ -151,5 +227,108 @@ func TestLoadConfigRedisURL(t *testing.T) {
 	}
 	if cfg.redis == nil || cfg.redis.Addr != "127.0.0.1:6390" || cfg.redis.DB != 2 {
 		t.Errorf("REDIS_URL parsed as %+v, want addr 127.0.0.1:6390 db 2", cfg.redis)
+	}
+}
+
+// TestIntSettingsAreStrict: every whole-number setting takes digits only,
+// so that none has a second spelling ("+5") or wraps past the int range.
+func TestIntSettingsAreStrict(t *testing.T) {
+	names := []string{"CREATE_BATCH", "DB_MAX_OPEN_CONNS", "DB_MAX_IDLE_CONNS", "LOCAL_CACHE_SIZE", "MAX_IN_FLIGHT",
+		"CREATE_RATE", "CREATE_BURST", "CLICK_QUEUE_SIZE", "CLICK_BATCH", "IDLE_CONNS_MAX"}
+	for _, name := range names {
+		for _, raw := range []string{"+5", " 5", "5 ", "5.0", "1e3", "0x5", "1_0", "٥", "99999999999999999999"} {
+			cfg, err := loadConfig(func(k string) string { return map[string]string{name: raw}[k] })
+			if err == nil || !strings.Contains(err.Error(), name) {
+				t.Errorf("%s=%q: loadConfig = %+v, %v; want an error naming %s", name, raw, cfg, err, name)
+			}
+		}
+		if _, err := loadConfig(func(k string) string { return map[string]string{name: "5"}[k] }); err != nil {
+			t.Errorf("%s=5: %v, want it accepted", name, err)
+		}
+	}
+}
+
+// TestLoadConfigWarnings: a setting that is allowed but risky is returned
+// as a warning for run to log.
+func TestLoadConfigWarnings(t *testing.T) {
+	tests := []struct {
+		name string
+		env  map[string]string
+		want string // "" for no warning
+	}{
+		{"nothing set", nil, ""},
+		{"proxies without base url", map[string]string{"TRUSTED_PROXIES": "127.0.0.1"}, "BASE_URL is not set"},
+		{"proxies with base url", map[string]string{"TRUSTED_PROXIES": "127.0.0.1", "BASE_URL": "https://sho.rt"}, ""},
+		{"base url alone", map[string]string{"BASE_URL": "https://sho.rt"}, ""},
+		{"public metrics", map[string]string{"METRICS_ADDR": "0.0.0.0:0", "METRICS_PUBLIC": "true"}, "METRICS_PUBLIC=true"},
+		{"metrics public but loopback", map[string]string{"METRICS_ADDR": "127.0.0.1:0", "METRICS_PUBLIC": "true"}, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg, err := loadConfig(func(k string) string { return tt.env[k] })
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := strings.Join(cfg.warnings, "\n")
+			if tt.want == "" && got != "" || !strings.Contains(got, tt.want) {
+				t.Errorf("warnings = %q, want one saying %q", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestRunLogsWarnings: run logs the warnings loadConfig returns, at start.
+func TestRunLogsWarnings(t *testing.T) {
+	_, stop, logs := startRun(t, map[string]string{"ADDR": "127.0.0.1:0", "TRUSTED_PROXIES": "127.0.0.1"})
+	if err := stop(); err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	if !strings.Contains(logs.String(), "level=WARN") || !strings.Contains(logs.String(), "BASE_URL is not set") {
+		t.Errorf("log does not warn that BASE_URL is not set:\n%s", logs)
+	}
+}
+
+// TestDatabasePasswordNotPrinted: start-up errors from a DATABASE_URL or a
+// DATABASE_REPLICA_URL (both go through openPostgres) do not repeat its
+// password, in any of the forms it may be written.
+func TestDatabasePasswordNotPrinted(t *testing.T) {
+	const secret = "s3cretPW"
+	dsns := []string{
+		"postgres://app:" + secret + "@127.0.0.1:notaport/db",                            // url.Parse quotes the URL
+		"postgres://app:" + secret + "%zz@127.0.0.1/db",                                  // a bad escape
+		"postgres://app:" + secret + "@127.0.0.1:1/db?sslmode=disable&connect_timeout=5", // nobody listening
+		"postgres://app:" + secret + "@[::1/db",                                          // a broken host
+		"host=127.0.0.1 port=1 user=app password=" + secret + " sslmode=disable connect_timeout=5",
+		"host=127.0.0.1 port=1 password='" + secret + " x' sslmode=disable connect_timeout=5",
+		"host=127.0.0.1 password=" + secret + " port=notaport",
+		"postgres://app:" + secret + "@127.0.0.1:5432/db?sslmode=bogus",
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, dsn := range dsns {
+		s, err := openPostgres(ctx, dsn, defaultConfig().pool)
+		if err == nil {
+			s.Close() //nolint:errcheck // the test fails anyway
+			t.Errorf("openPostgres(%q) = nil error, want one", dsn)
+			continue
+		}
+		if strings.Contains(err.Error(), secret) {
+			t.Errorf("openPostgres(%q): error repeats the password: %v", dsn, err)
+		}
+	}
+	// And through run, as an operator sees it.
+	for _, name := range []string{"DATABASE_URL", "DATABASE_REPLICA_URL"} {
+		env := map[string]string{"ADDR": "127.0.0.1:0", "METRICS_ADDR": "off", "DATABASE_URL": dsns[0]}
+		if name == "DATABASE_REPLICA_URL" {
+			env["DATABASE_URL"] = testDatabase(t)
+			env["CREATE_BATCH"] = "1"
+			env[name] = dsns[0]
+		}
+		err := run(ctx, nil, func(k string) string { return env[k] }, io.Discard, io.Discard)
+		if err == nil {
+			t.Errorf("run with a bad %s returned nil, want an error", name)
+		} else if strings.Contains(err.Error(), secret) {
+			t.Errorf("run with a bad %s: error repeats the password: %v", name, err)
+		}
 	}
 }

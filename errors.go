@@ -38,6 +38,10 @@ var (
 	// ErrOverloaded means the server has as many requests in flight as
 	// MAX_IN_FLIGHT allows, and refused this one rather than queue it.
 	ErrOverloaded = errors.New("server busy")
+	// errGroupCommitClosed means a create arrived after the store began
+	// to close (a shutdown): another instance, or this one restarted, can
+	// take it, so it is a 503 with Retry-After, not a server error.
+	errGroupCommitClosed = errors.New("group commit closed")
 )
 
 // rateLimitedError means the client has used up its allowance of creates;
@@ -88,6 +92,8 @@ func errorStatus(err error) (status int, msg string, retryAfter time.Duration) {
 		return http.StatusTooManyRequests, "too many links created from your address; try again later", limited.retryAfter
 	case errors.Is(err, ErrOverloaded):
 		return http.StatusServiceUnavailable, "server busy, try again", unavailableRetry
+	case errors.Is(err, errGroupCommitClosed):
+		return http.StatusServiceUnavailable, "shutting down, try again", unavailableRetry
 	case errors.Is(err, context.DeadlineExceeded):
 		// A backend took longer than its deadline: say so, and that
 		// trying again may work, rather than a bare 500.

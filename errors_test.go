@@ -57,6 +57,7 @@ func TestRetryAfter(t *testing.T) {
 		{&rateLimitedError{retryAfter: 2500 * time.Millisecond}, http.StatusTooManyRequests, "3"},
 		{fmt.Errorf("wrapped: %w", &rateLimitedError{retryAfter: 4 * time.Second}), http.StatusTooManyRequests, "4"},
 		{ErrOverloaded, http.StatusServiceUnavailable, "1"},
+		{fmt.Errorf("store: save %q: %w", "abcdefg", errGroupCommitClosed), http.StatusServiceUnavailable, "1"},
 		{fmt.Errorf("store: lookup: %w", context.DeadlineExceeded), http.StatusServiceUnavailable, "1"},
 		{ErrNotFound, http.StatusNotFound, ""},
 		{errors.New("boom"), http.StatusInternalServerError, ""},

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -102,52 +101,59 @@ func (g *groupCommit) save(ctx context.Context, code, url string) error {
 	}
 }
 
-var errGroupCommitClosed = errors.New("store is closing")
-
 // run takes the first create waiting, then every other one already
-// queued, up to maxBatch, writes them, and starts again.
+// queued, up to maxBatch, writes them, and starts again. Once close has
+// begun, stopping comes first, so that what is queued is written by drain.
 func (g *groupCommit) run() {
 	batch := make([]*pendingSave, 0, g.maxBatch)
 	for {
 		select {
+		case <-g.stop:
+			g.drain()
+			return
+		default:
+		}
+		select {
 		case p := <-g.queue:
-			batch = append(batch[:0], p)
+			batch = collect(batch[:0], g.queue, p, g.maxBatch)
+			g.write(batch)
 		case <-g.stop:
 			g.drain()
 			return
 		}
-	fill:
-		for len(batch) < g.maxBatch {
-			select {
-			case p := <-g.queue:
-				batch = append(batch, p)
-			default:
-				break fill
-			}
-		}
-		g.write(batch)
 	}
 }
 
 // drain writes what is still queued when the store closes (the HTTP
 // server has stopped by then, so no more arrives).
 func (g *groupCommit) drain() {
+	batch := make([]*pendingSave, 0, g.maxBatch)
 	for {
-		batch := make([]*pendingSave, 0, g.maxBatch)
-	fill:
-		for len(batch) < g.maxBatch {
-			select {
-			case p := <-g.queue:
-				batch = append(batch, p)
-			default:
-				break fill
-			}
-		}
-		if len(batch) == 0 {
+		select {
+		case p := <-g.queue:
+			batch = collect(batch[:0], g.queue, p, g.maxBatch)
+			g.write(batch)
+		default:
 			return
 		}
-		g.write(batch)
 	}
+}
+
+// collect appends first to batch, then whatever ch holds already, until
+// batch holds limit items or ch is empty. It never waits: a batch is what
+// queued up while the last one was being written. batch is the caller's,
+// to reuse.
+func collect[T any](batch []T, ch <-chan T, first T, limit int) []T {
+	batch = append(batch, first)
+	for len(batch) < limit {
+		select {
+		case v := <-ch:
+			batch = append(batch, v)
+		default:
+			return batch
+		}
+	}
+	return batch
 }
 
 // write inserts batch in one transaction and answers each create: nil if
@@ -170,7 +176,8 @@ func (g *groupCommit) write(batch []*pendingSave) {
 	defer cancel()
 	inserted, err := g.insertAll(ctx, codes, urls)
 	if err != nil {
-		err = fmt.Errorf("store: save batch of %d: %w", len(codes), deadline(ctx, err))
+		// Save adds "store: save <code>": one prefix, not two.
+		err = fmt.Errorf("batch of %d: %w", len(codes), deadline(ctx, err))
 	}
 	for _, p := range batch {
 		switch {

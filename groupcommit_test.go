@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"net/url"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -34,6 +36,14 @@ func openTestStoreOn(t *testing.T, dsn string) *pgStore {
 	return s
 }
 
+// generousPool is testPool with deadlines far above what any call here
+// takes on a slow, busy machine, for tests that do not test a deadline.
+func generousPool() poolConfig {
+	pool := testPool
+	pool.timeout, pool.replyTimeout = 30*time.Second, 35*time.Second
+	return pool
+}
+
 func openGroupCommitStore(t *testing.T, dsn string, pool poolConfig, batch int, sizes observer) *pgStore {
 	t.Helper()
 	s, err := openPostgres(context.Background(), dsn, pool)
@@ -52,7 +62,7 @@ func openGroupCommitStore(t *testing.T, dsn string, pool poolConfig, batch int, 
 func TestGroupCommitBatches(t *testing.T) {
 	for _, prepare := range []bool{true, false} {
 		t.Run(fmt.Sprintf("prepare=%v", prepare), func(t *testing.T) {
-			pool := testPool
+			pool := generousPool()
 			pool.prepare = prepare
 			sizes := &maxObserver{}
 			s := openGroupCommitStore(t, testDatabase(t), pool, 16, sizes)
@@ -88,7 +98,7 @@ func TestGroupCommitBatches(t *testing.T) {
 // TestGroupCommitCodeTaken checks the two ways a code can be taken: by a
 // link saved before, and by another create in the same batch.
 func TestGroupCommitCodeTaken(t *testing.T) {
-	s := openGroupCommitStore(t, testDatabase(t), testPool, 64, nil)
+	s := openGroupCommitStore(t, testDatabase(t), generousPool(), 64, nil)
 	ctx := context.Background()
 	if err := s.Save(ctx, "taken01", "https://go.dev/"); err != nil {
 		t.Fatal(err)
@@ -125,7 +135,10 @@ func TestGroupCommitCodeTaken(t *testing.T) {
 // TestGroupCommitAcknowledgesOnlyCommitted saves links while the
 // connections to Postgres are cut, again and again, mid-batch: a save may
 // fail, but a save that returned nil must be in the database, read
-// through a connection of its own.
+// through a connection of its own. The cuts follow progress (one after
+// every cutEvery acknowledged saves), not the clock, and the test runs
+// until it has seen both outcomes enough times, so that it holds on a
+// machine of any speed.
 func TestGroupCommitAcknowledgesOnlyCommitted(t *testing.T) {
 	dsn := testDatabase(t)
 	u, err := url.Parse(dsn)
@@ -134,9 +147,7 @@ func TestGroupCommitAcknowledgesOnlyCommitted(t *testing.T) {
 	}
 	proxy := startProxy(t, u.Host)
 	u.Host = proxy.addr()
-	pool := testPool
-	pool.timeout, pool.replyTimeout = 2*time.Second, 3*time.Second
-	s, err := openPostgres(context.Background(), u.String(), pool)
+	s, err := openPostgres(context.Background(), u.String(), generousPool())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,94 +163,225 @@ func TestGroupCommitAcknowledgesOnlyCommitted(t *testing.T) {
 	}
 	direct := openTestStoreOn(t, dsn)
 
-	// 20 clients, each creating one link after another, for about a
-	// second, while every connection to Postgres is cut every 100 ms.
+	const (
+		clients    = 20
+		cutEvery   = 25     // acknowledged saves between two cuts
+		wantAcked  = 200    // stop once this many saves were acknowledged
+		wantFailed = 10     // and this many failed
+		maxSaves   = 20_000 // or give up: the cuts do not make saves fail
+	)
+	var (
+		next, acked, failed atomic.Int64
+		mu                  sync.Mutex
+		ackedCodes          []string
+		firstErr            error
+		stopOnce            sync.Once
+	)
 	stop := make(chan struct{})
+	cut := make(chan struct{}, 1)
 	var cuts sync.WaitGroup
 	cuts.Go(func() {
 		for {
 			select {
 			case <-stop:
 				return
-			case <-time.After(100 * time.Millisecond):
+			case <-cut:
 				proxy.drop()
 			}
 		}
 	})
-	const clients, each = 20, 60
-	const n = clients * each
 	var wg sync.WaitGroup
-	errs := make([]error, n)
-	for c := range clients {
+	for range clients {
 		wg.Go(func() {
-			for j := range each {
-				i := c*each + j
-				errs[i] = s.Save(context.Background(), fmt.Sprintf("ack%04d", i), "https://go.dev/")
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				i := next.Add(1)
+				if i > maxSaves {
+					return
+				}
+				code := fmt.Sprintf("ack%05d", i)
+				if err := s.Save(context.Background(), code, "https://go.dev/"); err != nil {
+					mu.Lock()
+					if firstErr == nil {
+						firstErr = err
+					}
+					mu.Unlock()
+					failed.Add(1)
+				} else {
+					mu.Lock()
+					ackedCodes = append(ackedCodes, code)
+					mu.Unlock()
+					if acked.Add(1)%cutEvery == 0 {
+						select {
+						case cut <- struct{}{}:
+						default: // a cut is pending already
+						}
+					}
+				}
+				if acked.Load() >= wantAcked && failed.Load() >= wantFailed {
+					stopOnce.Do(func() { close(stop) })
+				}
 			}
 		})
 	}
 	wg.Wait()
-	close(stop)
+	stopOnce.Do(func() { close(stop) })
 	cuts.Wait()
-	acked, failed := 0, 0
-	for i, err := range errs {
-		if err != nil {
-			failed++
-			continue
-		}
-		acked++
-		if _, err := direct.Lookup(context.Background(), fmt.Sprintf("ack%04d", i)); err != nil {
-			t.Errorf("ack%04d was acknowledged but is not in the database: %v", i, err)
+	for _, code := range ackedCodes {
+		if _, err := direct.Lookup(context.Background(), code); err != nil {
+			t.Errorf("%s was acknowledged but is not in the database: %v", code, err)
 		}
 	}
-	t.Logf("%d acknowledged, %d failed while connections were cut every 100 ms", acked, failed)
-	if failed == 0 || acked == 0 {
-		t.Errorf("%d acknowledged, %d failed: want some of each, or this test proved nothing", acked, failed)
+	t.Logf("%d acknowledged, %d failed, with connections cut after every %d acknowledged; first failure: %v",
+		acked.Load(), failed.Load(), cutEvery, firstErr)
+	if acked.Load() < wantAcked || failed.Load() < wantFailed {
+		t.Errorf("%d acknowledged, %d failed in %d saves: want at least %d and %d, or this test proved nothing",
+			acked.Load(), failed.Load(), maxSaves, wantAcked, wantFailed)
 	}
 }
 
 // TestGroupCommitCloseDrains checks that closing the store writes the
-// creates still waiting in the queue.
+// creates still waiting in the queue. A lock on the table holds both
+// workers in a batch of one, while the queue fills; the lock is let go
+// only once close has begun, so that what is queued can only be written
+// by close's drain.
 func TestGroupCommitCloseDrains(t *testing.T) {
-	s, err := openPostgres(context.Background(), testDatabase(t), testPool)
+	s, err := openPostgres(context.Background(), testDatabase(t), generousPool())
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			t.Errorf("close: %v", err)
+		}
+	})
 	if err := s.startGroupCommit(context.Background(), 8, nil); err != nil {
 		t.Fatal(err)
 	}
-	const n = 100
+	g := s.group
+	ctx := context.Background()
+	lock, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// EXCLUSIVE blocks inserts and lets count(*) through.
+	if _, err := lock.ExecContext(ctx, `LOCK TABLE links IN EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	waiting := func() int {
+		t.Helper()
+		var n int
+		if err := s.db.QueryRow(`SELECT count(*) FROM pg_stat_activity
+WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	n := groupCommitWorkers + cap(g.queue)
 	var wg sync.WaitGroup
 	errs := make([]error, n)
-	for i := range n {
-		wg.Go(func() { errs[i] = s.Save(context.Background(), fmt.Sprintf("drain%03d", i), "https://go.dev/") })
+	save := func(i int) {
+		wg.Go(func() { errs[i] = s.Save(ctx, fmt.Sprintf("drain%03d", i), "https://go.dev/") })
 	}
-	time.Sleep(time.Millisecond) // some are queued, some written
+	// One create at a time until each worker waits on the lock with it,
+	// then enough to fill the queue.
+	for i := range groupCommitWorkers {
+		save(i)
+		waitUntil(t, fmt.Sprintf("%d batches waiting on the lock", i+1), func() bool { return waiting() == i+1 })
+	}
+	for i := groupCommitWorkers; i < n; i++ {
+		save(i)
+	}
+	waitUntil(t, "the group commit's queue to fill", func() bool { return len(g.queue) == cap(g.queue) })
 	var n0 int
 	if err := s.db.QueryRow(`SELECT count(*) FROM links`).Scan(&n0); err != nil {
 		t.Fatal(err)
 	}
-	s.group.close()
+	if n0 != 0 {
+		t.Fatalf("%d links written while the table was locked, want 0", n0)
+	}
+
+	closed := make(chan struct{})
+	go func() {
+		g.close()
+		close(closed)
+	}()
+	waitUntil(t, "close to begin", func() bool {
+		select {
+		case <-g.stop:
+			return true
+		default:
+			return false
+		}
+	})
+	if err := lock.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-closed:
+	case <-time.After(30 * time.Second):
+		t.Fatal("close did not return within 30 s of the table's lock being let go")
+	}
 	wg.Wait()
 	for i, err := range errs {
-		if err != nil && !errors.Is(err, errGroupCommitClosed) {
-			t.Errorf("save %d: %v", i, err)
+		if err != nil {
+			t.Errorf("save %d, queued before close: %v, want nil", i, err)
 		}
 	}
 	var got int
 	if err := s.db.QueryRow(`SELECT count(*) FROM links`).Scan(&got); err != nil {
 		t.Fatal(err)
 	}
-	acked := 0
-	for _, err := range errs {
-		if err == nil {
-			acked++
+	if got != n {
+		t.Errorf("links = %d, want the %d created before close", got, n)
+	}
+
+	// After close, a create is refused as a 503 is, with one prefix.
+	err = s.Save(ctx, "late001", "https://go.dev/")
+	if !errors.Is(err, errGroupCommitClosed) {
+		t.Fatalf("save after close: %v, want errGroupCommitClosed", err)
+	}
+	if got, want := err.Error(), `store: save "late001": group commit closed`; got != want {
+		t.Errorf("save after close: %q, want %q", got, want)
+	}
+	if status, _, retry := errorStatus(err); status != http.StatusServiceUnavailable || retry == 0 {
+		t.Errorf("save after close: status %d, Retry-After %v; want 503 with a Retry-After", status, retry)
+	}
+}
+
+// TestCollect: the first item, then what the channel holds, up to the
+// limit, without waiting; appended to the caller's slice.
+func TestCollect(t *testing.T) {
+	tests := []struct {
+		queued, limit int
+		want          []int
+	}{
+		{queued: 0, limit: 5, want: []int{0}},
+		{queued: 2, limit: 5, want: []int{0, 1, 2}},
+		{queued: 9, limit: 5, want: []int{0, 1, 2, 3, 4}},
+		{queued: 3, limit: 1, want: []int{0}},
+	}
+	for _, tt := range tests {
+		ch := make(chan int, 10)
+		for i := range tt.queued {
+			ch <- i + 1
+		}
+		got := collect(make([]int, 0, 2), ch, 0, tt.limit)
+		if fmt.Sprint(got) != fmt.Sprint(tt.want) {
+			t.Errorf("collect with %d queued, limit %d = %v, want %v", tt.queued, tt.limit, got, tt.want)
+		}
+		if left := max(0, tt.queued-(tt.limit-1)); len(ch) != left {
+			t.Errorf("collect with %d queued, limit %d left %d in the channel, want %d", tt.queued, tt.limit, len(ch), left)
 		}
 	}
-	if got != acked {
-		t.Errorf("links = %d, acknowledged = %d: want them equal", got, acked)
-	}
-	if err := s.Close(); err != nil {
-		t.Errorf("close: %v", err)
+	// Appended after what the caller's slice held.
+	ch := make(chan string, 2)
+	ch <- "b"
+	if got := collect([]string{"a"}, ch, "x", 3); fmt.Sprint(got) != "[a x b]" {
+		t.Errorf("collect onto [a] = %v, want [a x b]", got)
 	}
 }

@@ -70,6 +70,12 @@ func handleShorten(store Store, cfg config, log *slog.Logger) http.Handler {
 			writeError(w, r, log, err)
 			return
 		}
+		if cfg.baseURL == "" && r.Host == "" {
+			// HTTP/1.0 may leave Host out, and there is then no short
+			// URL to give back.
+			writeError(w, r, log, fmt.Errorf("%w: a Host header is required", ErrBadRequest))
+			return
+		}
 		if h := u.Hostname(); sameHost(h, cfg.baseHost) || sameHost(h, requestHost(r)) {
 			writeError(w, r, log, ErrOwnHost)
 			return
@@ -123,7 +129,9 @@ func handleRedirect(store Store, clicks clickRecorder, log *slog.Logger) http.Ha
 		if r.Method == http.MethodGet {
 			clicks.Click(r.Context(), code)
 		}
-		w.Header().Set("Location", target)
+		// Set directly: the key is in canonical form already, and
+		// Header.Set would check that on every redirect.
+		w.Header()["Location"] = []string{target}
 		w.WriteHeader(http.StatusFound)
 	})
 }
@@ -281,16 +289,27 @@ func writeJSON(w http.ResponseWriter, r *http.Request, log *slog.Logger, status 
 }
 
 // shortURL is BASE_URL/code, or, without BASE_URL, built from the host the
-// client asked for (port kept).
+// client asked for (port kept) and the scheme it used (see requestScheme).
 func shortURL(cfg config, r *http.Request, code string) string {
 	if cfg.baseURL != "" {
 		return cfg.baseURL + "/" + code
 	}
-	scheme := "http"
-	if r.TLS != nil {
-		scheme = "https"
+	return requestScheme(cfg.trustedProxies, r) + "://" + r.Host + "/" + code
+}
+
+// requestScheme is "https" or "http": what a trusted proxy says the client
+// used (X-Forwarded-Proto; nginx terminates TLS and talks plain HTTP to
+// us), else whether our own connection is TLS. Only X-Forwarded-Proto is
+// read, and only its two values: X-Forwarded-Host and Forwarded would let
+// a proxy's client choose the host too.
+func requestScheme(tp trustedProxies, r *http.Request) string {
+	if p := r.Header.Get("X-Forwarded-Proto"); (p == "https" || p == "http") && tp.trusts(peerAddr(r)) {
+		return p
 	}
-	return scheme + "://" + r.Host + "/" + code
+	if r.TLS != nil {
+		return "https"
+	}
+	return "http"
 }
 
 // requestHost is the host name the client used to reach us, in asciiHost's

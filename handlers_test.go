@@ -370,3 +370,82 @@ func testConcurrentShortenAndRedirect(t *testing.T, store Store) {
 		t.Errorf("store holds %d links, want %d", n, workers*each)
 	}
 }
+
+// TestShortURLScheme: behind a trusted proxy that terminates TLS, short_url
+// takes the scheme the proxy says the client used (X-Forwarded-Proto, http
+// or https only); anyone else's header is ignored, and BASE_URL wins.
+func TestShortURLScheme(t *testing.T) {
+	tests := []struct {
+		name, base, peer, proto, want string
+	}{
+		{"trusted proxy says https", "", "127.0.0.1:4000", "https", "https://sho.rt/"},
+		{"trusted proxy says http", "", "127.0.0.1:4000", "http", "http://sho.rt/"},
+		{"trusted proxy, no header", "", "127.0.0.1:4000", "", "http://sho.rt/"},
+		{"trusted proxy, another value", "", "127.0.0.1:4000", "ftp", "http://sho.rt/"},
+		{"trusted proxy, a list", "", "127.0.0.1:4000", "https, http", "http://sho.rt/"},
+		{"untrusted peer says https", "", "203.0.113.7:4000", "https", "http://sho.rt/"},
+		{"base url wins", "https://s.example", "127.0.0.1:4000", "http", "https://s.example/"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg, err := loadConfig(func(k string) string {
+				return map[string]string{"TRUSTED_PROXIES": "127.0.0.1", "BASE_URL": tt.base}[k]
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			h := newHandler(newMemoryStore(), noClicks{}, nil, nil, cfg, discardLog)
+			r := httptest.NewRequest("POST", "http://sho.rt/shorten", strings.NewReader(`{"url":"https://go.dev"}`))
+			r.RemoteAddr = tt.peer
+			if tt.proto != "" {
+				r.Header.Set("X-Forwarded-Proto", tt.proto)
+			}
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, r)
+			if rec.Code != http.StatusCreated {
+				t.Fatalf("status = %d, want 201 (body %q)", rec.Code, rec.Body)
+			}
+			var got struct {
+				ShortURL string `json:"short_url"`
+			}
+			if err := json.Unmarshal(rec.Body.Bytes(), &got); err != nil {
+				t.Fatalf("decode %q: %v", rec.Body, err)
+			}
+			if !strings.HasPrefix(got.ShortURL, tt.want) || rec.Header().Get("Location") != got.ShortURL {
+				t.Errorf("short_url = %q, Location %q; want both %s…", got.ShortURL, rec.Header().Get("Location"), tt.want)
+			}
+		})
+	}
+}
+
+// TestShortenWithoutHost: HTTP/1.0 may leave Host out; without BASE_URL
+// there is then no short URL to give, and the answer says so in JSON
+// (instead of a short_url of "http:///code").
+func TestShortenWithoutHost(t *testing.T) {
+	srv := httptest.NewServer(newHandler(newMemoryStore(), noClicks{}, nil, nil, config{}, discardLog))
+	defer srv.Close()
+	c, err := net.DialTimeout("tcp", srv.Listener.Addr().String(), 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.SetDeadline(time.Now().Add(10 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	body := `{"url":"https://go.dev"}`
+	if _, err := fmt.Fprintf(c, "POST /shorten HTTP/1.0\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body); err != nil {
+		t.Fatal(err)
+	}
+	res, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	got, err := io.ReadAll(res.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.StatusCode != http.StatusBadRequest || res.Header.Get("Content-Type") != "application/json" || !strings.Contains(string(got), "Host") {
+		t.Errorf("HTTP/1.0 without Host: %d %s %q; want a 400 JSON error naming Host", res.StatusCode, res.Header.Get("Content-Type"), got)
+	}
+}

@@ -38,6 +38,7 @@ func limitInFlight(max int, shed counter, log *slog.Logger, next http.Handler) h
 		defer n.Add(-1)
 		if n.Add(1) > int64(max) {
 			shed.Inc()
+			closeUnreadBody(w, r)
 			// Refused before routing: the metrics and the access log
 			// give it a route of its own, not "unmatched" with the 404s.
 			if info := requestInfoFrom(r.Context()); info != nil {
@@ -60,11 +61,32 @@ func limitCreates(lim *createLimiter, limited counter, log *slog.Logger, next ht
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if wait := lim.reserve(r.Context(), clientIPFrom(r.Context())); wait > 0 {
 			limited.Inc()
+			closeUnreadBody(w, r)
 			writeError(w, r, log, &rateLimitedError{retryAfter: wait})
 			return
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// closeUnreadBody makes the answer to a request refused before its body
+// was read the last on its connection, and sends it without waiting for
+// the body. Otherwise net/http, to reuse the connection, reads the rest of
+// the body before it sends the answer: a client whose body is slow or
+// never comes would get its 429 or 503 only at ReadTimeout, holding the
+// connection that long. With "Connection: close" the answer goes at once;
+// net/http still reads some of the body after it (up to 256 KB, hoping to
+// find its end), which the read deadline, set to now, cuts short, so the
+// connection is closed at once too. A request without a body keeps its
+// connection.
+func closeUnreadBody(w http.ResponseWriter, r *http.Request) {
+	if r.ContentLength == 0 { // no body; -1 is one of unknown length (chunked)
+		return
+	}
+	w.Header().Set("Connection", "close")
+	// A ResponseWriter that cannot reach its connection (a test's
+	// recorder) leaves it to ReadTimeout: the answer still goes at once.
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now())
 }
 
 // createLimiter allows each client rate creates a second, and up to burst
@@ -90,7 +112,10 @@ type createLimiter struct {
 	rdb      *guardedRedis // nil: count in this process only
 	prefix   string
 	local    *localGCRA
-	errs     *sampledLog
+	now      func() time.Time // the local count's clock: time.Now; tests set their own
+	script   *redis.Script    // gcraScript; tests set a broken one
+	warns    *sampledLog      // Redis failing
+	bad      *sampledLog      // Redis answering with an error
 
 	queue    chan *pendingReserve // to the workers, with rdb only
 	stop     chan struct{}
@@ -127,7 +152,10 @@ func newCreateLimiter(rate, burst int, rdb *guardedRedis, log *slog.Logger) *cre
 		rdb:      rdb,
 		prefix:   rateKeyPrefix,
 		local:    newLocalGCRA(interval, burst, maxLocalClients),
-		errs:     &sampledLog{log: log, every: 10 * time.Second},
+		now:      time.Now,
+		script:   gcraScript,
+		warns:    &sampledLog{log: log, every: 10 * time.Second},
+		bad:      &sampledLog{log: log, every: 10 * time.Second},
 		stop:     make(chan struct{}),
 	}
 	if rdb != nil {
@@ -169,7 +197,7 @@ func (l *createLimiter) reserve(ctx context.Context, ip netip.Addr) time.Duratio
 		case <-l.stop:
 		}
 	}
-	return l.local.reserve(key, time.Now())
+	return l.local.reserve(key, l.now())
 }
 
 // run takes the first create waiting and every other one already queued,
@@ -209,7 +237,11 @@ func (l *createLimiter) run() {
 }
 
 // count runs the script for keys, through the breaker, within the Redis
-// timeout, and returns each key's wait in microseconds.
+// timeout, and returns each key's wait in microseconds. An error means
+// the creates are counted in this process instead. Only a failure to reach
+// Redis counts towards the breaker: an error reply (a script error, say)
+// is Redis saying no to this call, logged, and it must not switch off the
+// cache that shares the breaker.
 func (l *createLimiter) count(keys []string) ([]int64, error) {
 	ok, at := l.rdb.breaker.allow()
 	if !ok {
@@ -217,13 +249,24 @@ func (l *createLimiter) count(keys []string) ([]int64, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), l.rdb.timeout)
 	defer cancel()
-	waits, err := gcraScript.Run(ctx, l.rdb, keys, l.interval.Microseconds(), l.burst).Int64Slice()
-	if err == nil && len(waits) != len(keys) {
-		err = fmt.Errorf("rate limit: script answered %d waits for %d keys", len(waits), len(keys))
+	cmd := l.script.Run(ctx, l.rdb, keys, l.interval.Microseconds(), l.burst)
+	l.rdb.breaker.done(at, cmd.Err())
+	if err := cmd.Err(); err != nil {
+		err = fmt.Errorf("rate limit: run script: %w", err)
+		if redisAnswered(err) {
+			l.bad.warn(ctx, "rate limit: redis refused, counting in this process", err)
+		} else {
+			l.warns.warn(ctx, "rate limit: redis failed, counting in this process", err)
+		}
+		return nil, err
 	}
-	l.rdb.breaker.done(at, err)
+	waits, err := cmd.Int64Slice()
+	if err == nil && len(waits) != len(keys) {
+		err = fmt.Errorf("answered %d waits for %d keys", len(waits), len(keys))
+	}
 	if err != nil {
-		l.errs.warn(ctx, "rate limit: redis failed, counting in this process", err)
+		err = fmt.Errorf("rate limit: read script answer: %w", err)
+		l.bad.warn(ctx, "rate limit: redis refused, counting in this process", err)
 		return nil, err
 	}
 	return waits, nil
@@ -254,6 +297,14 @@ func clientKey(ip netip.Addr) string {
 // burst. It returns, for each key, 0 if that create is allowed, else
 // microseconds to wait. (On a Redis Cluster the keys of one call must
 // share a slot; this service uses one Redis.)
+//
+// A key holds what the script wrote, or it is treated as absent (a client
+// at full allowance) and deleted: a key of another type (pcall: GET fails
+// on it), a value that is not a number, or one no create could have left
+// (nan, -inf, or later than now plus the burst's worth, inf among them).
+// Otherwise someone who can write to Redis, or a bug, could make a client
+// unlimited or limited forever, or make every call fail. A key written
+// here always has a TTL.
 var gcraScript = redis.NewScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -261,7 +312,12 @@ local interval = tonumber(ARGV[1])
 local tolerance = interval * tonumber(ARGV[2])
 local waits = {}
 for i, key in ipairs(KEYS) do
-  local tat = tonumber(redis.call('GET', key)) or now
+  local v = redis.pcall('GET', key)
+  local tat = type(v) == 'string' and tonumber(v) or nil
+  if tat == nil or tat ~= tat or tat == -math.huge or tat > now + tolerance then
+    if v then redis.call('DEL', key) end
+    tat = now
+  end
   if tat < now then tat = now end
   local new_tat = tat + interval
   if new_tat - now > tolerance then

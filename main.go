@@ -20,14 +20,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// shutdownTimeout bounds how long in-flight requests get to finish once a
-// SIGINT or SIGTERM arrives.
-const shutdownTimeout = 10 * time.Second
-
-// drainTimeout bounds writing the queued clicks after the server has
-// stopped. With shutdownTimeout, a stop takes 15 s at the very worst: give
-// the process that long before a SIGKILL (Docker's default is 10 s).
-const drainTimeout = 5 * time.Second
+// shutdownTimeout bounds the whole shutdown, from its start to run's
+// return: in-flight requests finishing, the click queue's drain, the group
+// commit's drain and closing the database share it, each stage taking what
+// the ones before it left. Whatever is cut short is logged. A process
+// manager should wait longer than this before a SIGKILL
+// (deploy/replicas.sh waits 20 s; Docker's default is 10 s: set
+// --stop-timeout).
+const shutdownTimeout = 15 * time.Second
 
 func main() {
 	ctx := context.Background()
@@ -48,6 +48,20 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 	log := newLogger(cfg.logFormat, stderr)
+	for _, w := range cfg.warnings {
+		log.Warn(w)
+	}
+
+	// One deadline over the whole shutdown, set by the first stage that
+	// asks for it: after a signal, the server's; after an error, the first
+	// deferred close. Only run's own goroutine calls it.
+	var shutdownBy time.Time
+	stage := func() (context.Context, context.CancelFunc) {
+		if shutdownBy.IsZero() {
+			shutdownBy = time.Now().Add(shutdownTimeout)
+		}
+		return context.WithDeadline(context.Background(), shutdownBy)
+	}
 
 	// Metrics: a registry of this run's own (never the global one, so that
 	// a test can call run twice), served on a private listener opened
@@ -58,10 +72,6 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		m = newMetrics(prometheus.NewRegistry())
 		if metricsLn, err = net.Listen("tcp", cfg.metricsAddr); err != nil {
 			return fmt.Errorf("listen on %s (METRICS_ADDR): %w", cfg.metricsAddr, err)
-		}
-		if a, ok := metricsLn.Addr().(*net.TCPAddr); ok && !a.IP.IsLoopback() {
-			log.Warn("metrics and the profiler listen beyond this machine; keep METRICS_ADDR private (a firewall, or 127.0.0.1)",
-				"addr", metricsLn.Addr().String())
 		}
 		defer metricsLn.Close() //nolint:errcheck // closed by the metrics server's Close first, if it started; a second Close only fails
 	}
@@ -74,7 +84,16 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 	defer func() {
-		if err := closeStore(); err != nil {
+		// Closing writes the creates still waiting for a group commit,
+		// then closes the pool; against a database that does not answer,
+		// either can wait for a connection's reply deadline.
+		sctx, cancel := stage()
+		defer cancel()
+		if err := bounded(sctx, closeStore); err != nil {
+			if sctx.Err() != nil {
+				log.Error("shutdown deadline reached: store not closed, creates still queued not saved", "err", err)
+				return
+			}
 			log.Error("close store", "err", err)
 		}
 	}()
@@ -102,10 +121,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if cfg.localCache > 0 && cfg.databaseURL != "" {
 		// (The memory store is a map already: a second one in front of
 		// it would only cost a lock.)
-		if store, err = newLocalCache(store, cfg.localCache, m.cacheResults("local")); err != nil {
+		if store, err = newLocalCache(store, cfg.localCache, cfg.localCacheTTL, m.cacheResults("local")); err != nil {
 			return err
 		}
-		log.Info("local cache enabled", "size", cfg.localCache)
+		log.Info("local cache enabled", "size", cfg.localCache, "ttl", cfg.localCacheTTL)
 	}
 	var limiter *createLimiter
 	if cfg.limits.createRate > 0 {
@@ -117,11 +136,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		"create_burst", cfg.limits.createBurst, "shared_through_redis", rdb != nil && limiter != nil)
 	clicks, drainClicks := openClicks(cfg.clicks, base, m, log)
 	defer func() {
-		// run's ctx is cancelled by now; the drain needs a fresh deadline.
-		dctx, cancel := context.WithTimeout(context.Background(), drainTimeout)
+		// run's ctx is cancelled by now; the drain takes what is left of
+		// the shutdown's deadline, and counts the clicks it could not write.
+		sctx, cancel := stage()
 		defer cancel()
-		if err := drainClicks(dctx); err != nil {
-			log.Error("drain click queue", "err", err)
+		if err := drainClicks(sctx); err != nil {
+			log.Error("shutdown deadline reached: click queue not drained", "err", err)
 		}
 	}()
 
@@ -159,12 +179,21 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	case <-ctx.Done():
 	}
 
-	log.Info("shutting down")
+	// From here a second SIGINT or SIGTERM is no longer caught: Go's
+	// default action ends the process at once, for an operator who will
+	// not wait for the drain.
+	stop()
+	log.Info("shutting down; a second signal stops at once", "timeout", shutdownTimeout)
 	// ctx is already cancelled, so the deadline for finishing in-flight
 	// requests needs a fresh context.
-	shutCtx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+	sctx, cancel := stage()
 	defer cancel()
-	if err := srv.Shutdown(shutCtx); err != nil {
+	if err := srv.Shutdown(sctx); err != nil {
+		// The requests still running are cut: their connections closed.
+		log.Error("shutdown deadline reached: in-flight requests cut short", "err", err)
+		if cerr := srv.Close(); cerr != nil {
+			log.Error("close server", "err", cerr)
+		}
 		return fmt.Errorf("shutdown: %w", err)
 	}
 	if err := <-serveErr; !errors.Is(err, http.ErrServerClosed) {
@@ -204,7 +233,7 @@ func openStore(ctx context.Context, cfg config, m *metrics, log *slog.Logger) (S
 		}
 		m.watchReplica(replica.db)
 		log.Info("reads from a replica", "max_open_conns", pool.maxOpen)
-		return &replicaReads{Store: pg, replica: replica, counts: m.replicaResults()},
+		return &replicaReads{Store: pg, replica: replica, counts: m.replicaResults(), timeout: cfg.pool.timeout},
 			func() error { return errors.Join(pg.Close(), replica.Close()) }, nil
 	}
 	log.Info("store selected", "store", "postgres",

@@ -4,13 +4,19 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
 	"regexp"
+	"runtime"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -48,10 +54,18 @@ func startRun(t *testing.T, env map[string]string) (base string, stop func() err
 	logs = &syncBuffer{}
 	done := make(chan error, 1)
 	getenv := func(k string) string {
-		if v, ok := env[k]; ok || k != "METRICS_ADDR" {
+		if v, ok := env[k]; ok {
 			return v
 		}
-		return "127.0.0.1:0"
+		switch k {
+		case "METRICS_ADDR":
+			return "127.0.0.1:0"
+		case "DB_TIMEOUT":
+			// Far above what a query takes on a slow, busy machine;
+			// a test of the deadline sets its own.
+			return "10s"
+		}
+		return ""
 	}
 	go func() { done <- run(ctx, []string{"shortener"}, getenv, io.Discard, logs) }()
 
@@ -78,10 +92,12 @@ func startRun(t *testing.T, env map[string]string) (base string, stop func() err
 	stop = func() error {
 		once.Do(func() {
 			cancel()
+			// The shutdown's own bound, and a margin for a slow machine.
+			const wait = shutdownTimeout + 10*time.Second
 			select {
 			case runErr = <-done:
-			case <-time.After(15 * time.Second):
-				runErr = fmt.Errorf("run did not return within 15s of cancel")
+			case <-time.After(wait):
+				runErr = fmt.Errorf("run did not return within %v of cancel", wait)
 			}
 		})
 		return runErr
@@ -109,6 +125,19 @@ func waitHealthy(t *testing.T, base string) {
 			t.Fatalf("%s/healthz not healthy within 10s: %v", base, err)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// waitUntil waits for cond to hold, checking often, and fails the test
+// if it does not within 30 s: it waits on progress, never for a set time.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited 30 s for %s", what)
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
 
@@ -166,9 +195,12 @@ func TestRunEndToEnd(t *testing.T) {
 }
 
 // TestRunFinishesInFlightRequests cancels run's context while a request is
-// half sent, and checks that the request still gets its answer.
+// half sent, and checks that the request still gets its answer. Each step
+// waits for the one before it to be seen (the request in flight, in the
+// metrics; the shutdown begun, in the log), never for a set time.
 func TestRunFinishesInFlightRequests(t *testing.T) {
-	base, stop, _ := startRun(t, map[string]string{"ADDR": "127.0.0.1:0"})
+	base, stop, logs := startRun(t, map[string]string{"ADDR": "127.0.0.1:0"})
+	metrics := metricsBase(t, logs)
 
 	pr, pw := io.Pipe()
 	type result struct {
@@ -188,11 +220,14 @@ func TestRunFinishesInFlightRequests(t *testing.T) {
 	if _, err := io.WriteString(pw, `{"url":"https://go.dev/`); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(100 * time.Millisecond) // let the server start reading the body
+	waitUntil(t, "the request to be in flight", func() bool {
+		_, text := scrape(t, metrics)
+		return strings.Contains(text, "\nshortener_http_requests_in_flight 1\n")
+	})
 
 	stopped := make(chan error, 1)
 	go func() { stopped <- stop() }()
-	time.Sleep(100 * time.Millisecond) // let Shutdown begin
+	waitUntil(t, "the shutdown to begin", func() bool { return strings.Contains(logs.String(), "shutting down") })
 	select {
 	case err := <-stopped:
 		t.Fatalf("run returned (%v) while a request was still in flight", err)
@@ -201,7 +236,9 @@ func TestRunFinishesInFlightRequests(t *testing.T) {
 	if _, err := io.WriteString(pw, `blog"}`); err != nil {
 		t.Fatal(err)
 	}
-	pw.Close()
+	if err := pw.Close(); err != nil {
+		t.Fatal(err)
+	}
 
 	if r := <-res; r.err != nil || r.status != http.StatusCreated {
 		t.Errorf("in-flight POST: status %d, err %v; want 201", r.status, r.err)
@@ -211,6 +248,9 @@ func TestRunFinishesInFlightRequests(t *testing.T) {
 	}
 }
 
+// TestRunRefusesBadConfig: each config must fail the start. run gets a
+// context that ends, so that one wrongly accepted fails the test with a
+// message instead of serving until go test's own timeout.
 func TestRunRefusesBadConfig(t *testing.T) {
 	tests := []map[string]string{
 		{"ADDR": "127.0.0.1:0", "BASE_URL": "sho.rt"},
@@ -220,10 +260,15 @@ func TestRunRefusesBadConfig(t *testing.T) {
 		{"ADDR": "127.0.0.1:0", "METRICS_ADDR": "not an address"},
 	}
 	for _, env := range tests {
-		err := run(context.Background(), nil, func(k string) string { return env[k] }, io.Discard, io.Discard)
-		if err == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		err := run(ctx, nil, func(k string) string { return env[k] }, io.Discard, io.Discard)
+		switch {
+		case err == nil && ctx.Err() != nil:
+			t.Errorf("run with %v accepted it and served until the test's 30 s deadline, want an error at start", env)
+		case err == nil:
 			t.Errorf("run with %v returned nil, want an error", env)
 		}
+		cancel()
 	}
 }
 
@@ -346,5 +391,155 @@ func TestRunRateLimitShared(t *testing.T) {
 			t.Errorf("fourth create via %s: %d, Retry-After %q, body %s; want 429, 1, a JSON error",
 				base, resp.StatusCode, resp.Header.Get("Retry-After"), body)
 		}
+	}
+}
+
+// TestSecondSignalStopsAtOnce runs the program as a process of its own (this
+// test binary again, which then calls main), holds a request in flight so
+// that the first SIGTERM's graceful shutdown has to wait, and sends a second
+// SIGTERM: the process must end by it at once. "At once" is 3 s here, to
+// hold on a slow, busy machine; the graceful stop would take up to
+// shutdownTimeout, five times that.
+func TestSecondSignalStopsAtOnce(t *testing.T) {
+	if os.Getenv("SHORTENER_TEST_RUN_MAIN") == "1" {
+		main()
+		return
+	}
+	if runtime.GOOS == "windows" {
+		t.Skip("no SIGTERM on Windows")
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestSecondSignalStopsAtOnce$")
+	// Its whole environment: nothing of the caller's (a DATABASE_URL,
+	// say) reaches it.
+	cmd.Env = []string{"SHORTENER_TEST_RUN_MAIN=1", "ADDR=127.0.0.1:0", "METRICS_ADDR=127.0.0.1:0"}
+	logs := &syncBuffer{}
+	cmd.Stderr = logs
+	cmd.Stdout = logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{}) // closed when it has ended, with waitErr
+	var waitErr error
+	go func() {
+		waitErr = cmd.Wait()
+		close(exited)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-exited:
+		default:
+			if err := cmd.Process.Kill(); err != nil {
+				t.Errorf("kill the program: %v", err)
+			}
+			<-exited
+		}
+	})
+	running := func(what string) {
+		t.Helper()
+		select {
+		case <-exited:
+			t.Fatalf("the program ended (%v) before %s\nlog:\n%s", waitErr, what, logs)
+		default:
+		}
+	}
+	waitUntil(t, "the program to listen", func() bool {
+		running("listening")
+		return listeningRE.MatchString(logs.String()) && metricsListeningRE.MatchString(logs.String())
+	})
+	base := "http://" + listeningRE.FindStringSubmatch(logs.String())[1]
+	metrics := metricsBase(t, logs)
+
+	// A create whose body never arrives: the server waits for it until its
+	// read deadline, and the graceful shutdown waits for the server.
+	conn, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := conn.Close(); err != nil {
+			t.Errorf("close the held connection: %v", err)
+		}
+	})
+	if _, err := io.WriteString(conn, "POST /shorten HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{"); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the request to be in flight", func() bool {
+		_, text := scrape(t, metrics)
+		return strings.Contains(text, "\nshortener_http_requests_in_flight 1\n")
+	})
+
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the shutdown to begin", func() bool {
+		running("the shutdown began")
+		return strings.Contains(logs.String(), "a second signal stops at once")
+	})
+	running("the second signal")
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	const atOnce = 3 * time.Second
+	select {
+	case <-exited:
+		err := waitErr
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) {
+			t.Fatalf("the program ended with %v after the second SIGTERM, want killed by it", err)
+		}
+		if ws, ok := exit.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGTERM {
+			t.Errorf("the program ended with %v after the second SIGTERM, want killed by SIGTERM\nlog:\n%s", err, logs)
+		}
+	case <-time.After(atOnce):
+		t.Fatalf("the program still ran %v after a second SIGTERM\nlog:\n%s", atOnce, logs)
+	}
+}
+
+// TestShutdownWithPostgresStalled stops the program while Postgres, behind
+// a proxy, has stopped answering (frozen, or cut off by the network) with
+// clicks still queued: run must still return within shutdownTimeout, say
+// in the log what it cut short, and count the clicks it could not write.
+func TestShutdownWithPostgresStalled(t *testing.T) {
+	t.Parallel() // it waits out the shutdown's deadline
+	dsn := testDatabase(t)
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := startProxy(t, u.Host)
+	u.Host = proxy.addr()
+	base, stop, logs := startRun(t, map[string]string{
+		"ADDR": "127.0.0.1:0", "DATABASE_URL": u.String(),
+		"CLICK_FLUSH": "1m", // the clicks are still queued at the shutdown
+	})
+	code := shorten(t, base, "https://go.dev/stalled")
+	const clicks = 7
+	for range clicks {
+		redirectTo(t, base, code, "https://go.dev/stalled")
+	}
+
+	proxy.stall()
+	start := time.Now()
+	err = stop()
+	took := time.Since(start)
+	if err != nil {
+		t.Errorf("run: %v", err)
+	}
+	// The margin covers returning once the deadline is reached, on a
+	// slow machine; the stages themselves are cut at the deadline.
+	if limit := shutdownTimeout + 5*time.Second; took > limit {
+		t.Errorf("shutdown with Postgres stalled took %v, want under %v (shutdownTimeout %v)", took, limit, shutdownTimeout)
+	}
+	t.Logf("shutdown with Postgres stalled took %v", took)
+	// The click write either fails at its connection's reply deadline or
+	// is cut by the shutdown's, whichever comes first on this machine:
+	// either way the log says so, and counts the clicks.
+	out := logs.String()
+	failed := strings.Contains(out, `msg="clicks not recorded"`) &&
+		strings.Contains(out, fmt.Sprintf("lost_write_failed=%d", clicks))
+	cut := strings.Contains(out, "shutdown deadline reached") &&
+		strings.Contains(out, fmt.Sprintf("clicks=%d", clicks))
+	if !failed && !cut {
+		t.Errorf("log does not say that the %d clicks were not written, or why:\n%s", clicks, out)
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -59,9 +61,11 @@ var clickFlushBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 
 // statuses by a fixed set of values.
 type metrics struct {
 	reg      *prometheus.Registry
-	requests *prometheus.CounterVec   // method, route, status
-	duration *prometheus.HistogramVec // route
-	inFlight prometheus.Gauge
+	requests *prometheus.CounterVec                      // method, route, status
+	duration *prometheus.HistogramVec                    // route
+	inFlight atomic.Int64                                // requests being served, read by a GaugeFunc at a scrape
+	seen     atomic.Pointer[map[seriesKey]requestSeries] // see series
+	seenMu   sync.Mutex
 	shed     prometheus.Counter // 503: MAX_IN_FLIGHT reached
 	limited  prometheus.Counter // 429: CREATE_RATE reached
 	cache    *prometheus.CounterVec
@@ -77,14 +81,18 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 		return prometheus.Opts{Namespace: metricsNamespace, Name: name, Help: help}
 	}
 	m := &metrics{reg: reg}
+	m.seen.Store(&map[seriesKey]requestSeries{})
 	m.requests = f(prometheus.NewCounterVec(prometheus.CounterOpts(opts("http_requests_total",
 		"HTTP requests answered, by method, route pattern and status.")),
 		[]string{"method", "route", "status"})).(*prometheus.CounterVec)
 	m.duration = f(prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: metricsNamespace,
 		Name: "http_request_duration_seconds", Help: "Time from a request's headers read to its answer written, by route pattern.",
 		Buckets: durationBuckets}, []string{"route"})).(*prometheus.HistogramVec)
-	m.inFlight = f(prometheus.NewGauge(prometheus.GaugeOpts(opts("http_requests_in_flight",
-		"Requests being served now.")))).(prometheus.Gauge)
+	// An integer added to on every request, read only when scraped: a
+	// Gauge's Inc and Dec are compare-and-swap loops on a float, which
+	// two cores serving requests fight over.
+	f(prometheus.NewGaugeFunc(prometheus.GaugeOpts(opts("http_requests_in_flight",
+		"Requests being served now.")), func() float64 { return float64(m.inFlight.Load()) }))
 	m.shed = f(prometheus.NewCounter(prometheus.CounterOpts(opts("http_requests_shed_total",
 		"Requests refused with 503 because MAX_IN_FLIGHT were in flight.")))).(prometheus.Counter)
 	m.limited = f(prometheus.NewCounter(prometheus.CounterOpts(opts("creates_rate_limited_total",
@@ -212,7 +220,8 @@ func (m *metrics) watchClicks(q *clickQueue) {
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: metricsNamespace, Name: "clicks_written_total",
 			Help: "Clicks written to the store."}, func() float64 { return float64(q.written.Load()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: metricsNamespace, Name: "clicks_lost_total",
-			Help: "Clicks whose batch failed to write."}, func() float64 { return float64(q.lost.Load()) }),
+			Help: "Clicks counted and never written: their batch failed, or they were still queued when the shutdown's drain ended, or came after it."},
+			func() float64 { return float64(q.notWritten()) }),
 	)
 }
 
@@ -281,8 +290,49 @@ func (m *metrics) observed(method, route string, status int, took time.Duration)
 	if route == "" {
 		route = "unmatched"
 	}
-	m.requests.WithLabelValues(methodLabel(method), route, statusLabel(status)).Inc()
-	m.duration.WithLabelValues(route).Observe(took.Seconds())
+	s := m.series(methodLabel(method), route, status)
+	s.requests.Inc()
+	s.duration.Observe(took.Seconds())
+}
+
+// requestSeries are the two series one kind of request counts in.
+type requestSeries struct {
+	requests prometheus.Counter
+	duration prometheus.Observer
+}
+
+type seriesKey struct {
+	method, route string
+	status        int
+}
+
+// series finds the series for a method, route and status. WithLabelValues
+// would hash the three labels and take a lock on every request; the series
+// are few (the labels are folded), so they are kept in a map that is
+// replaced, never changed, when a new one appears: a lookup is a map read
+// with no lock. The map can only grow to the folded labels' product.
+func (m *metrics) series(method, route string, status int) requestSeries {
+	k := seriesKey{method, route, status}
+	if s, ok := (*m.seen.Load())[k]; ok {
+		return s
+	}
+	m.seenMu.Lock()
+	defer m.seenMu.Unlock()
+	old := *m.seen.Load()
+	if s, ok := old[k]; ok {
+		return s
+	}
+	s := requestSeries{
+		requests: m.requests.WithLabelValues(method, route, statusLabel(status)),
+		duration: m.duration.WithLabelValues(route),
+	}
+	seen := make(map[seriesKey]requestSeries, len(old)+1)
+	for k, v := range old {
+		seen[k] = v
+	}
+	seen[k] = s
+	m.seen.Store(&seen)
+	return s
 }
 
 // methodLabel folds every method a client can invent into one value.

@@ -3,7 +3,16 @@ package main
 import (
 	"context"
 	"errors"
+	"time"
 )
+
+// replicaTimeout bounds a read from the replica. A healthy replica answers
+// a lookup by primary key in a millisecond or two; one that is stalled
+// (frozen, or cut off by the network) would otherwise hold each read for
+// the whole DB_TIMEOUT before the primary is asked, doubling a miss's
+// worst case. Past it, the primary is asked with what is left of the
+// read's budget.
+const replicaTimeout = 100 * time.Millisecond
 
 // replicaReads is a Store that reads from a streaming replica of Postgres
 // and writes to the primary (DATABASE_REPLICA_URL). A replica is behind
@@ -18,13 +27,29 @@ type replicaReads struct {
 	Store            // the primary: saves, clicks, and the fallback
 	replica *pgStore // lookups first
 	counts  replicaResults
+	// timeout (DB_TIMEOUT) bounds a read, the replica's try and the
+	// primary's together; 0 leaves each store to its own deadline.
+	timeout time.Duration
+}
+
+// budget returns ctx bounded by the read's whole deadline, and the
+// replica's share of it.
+func (r *replicaReads) budget(ctx context.Context) (read, replica context.Context, cancel func()) {
+	var cancelRead context.CancelFunc = func() {}
+	if r.timeout > 0 {
+		ctx, cancelRead = context.WithTimeout(ctx, r.timeout)
+	}
+	rctx, cancelReplica := context.WithTimeout(ctx, replicaTimeout)
+	return ctx, rctx, func() { cancelReplica(); cancelRead() }
 }
 
 // replicaResults counts how each read went (metrics.go).
 type replicaResults struct{ hit, missed, failed counter }
 
 func (r *replicaReads) Lookup(ctx context.Context, code string) (string, error) {
-	url, err := r.replica.Lookup(ctx, code)
+	ctx, rctx, cancel := r.budget(ctx)
+	defer cancel()
+	url, err := r.replica.Lookup(rctx, code)
 	switch {
 	case err == nil:
 		r.counts.hit.Inc()
@@ -40,7 +65,9 @@ func (r *replicaReads) Lookup(ctx context.Context, code string) (string, error) 
 }
 
 func (r *replicaReads) Link(ctx context.Context, code string) (Link, error) {
-	l, err := r.replica.Link(ctx, code)
+	ctx, rctx, cancel := r.budget(ctx)
+	defer cancel()
+	l, err := r.replica.Link(rctx, code)
 	switch {
 	case err == nil:
 		r.counts.hit.Inc()

@@ -3,7 +3,9 @@ package main
 import (
 	"context"
 	"errors"
+	"net/url"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -97,4 +99,71 @@ func openReplicaOnUnprepared(t *testing.T, dsn string) *pgStore {
 	}
 	closeOnCleanup(t, s)
 	return s
+}
+
+// TestReplicaReadsStalled puts a replica behind a proxy that stops
+// answering, as a frozen replica or a network that drops packets does: a
+// read gives the replica replicaTimeout, then asks the primary with what
+// is left, so that it still ends within DB_TIMEOUT, not twice that.
+func TestReplicaReadsStalled(t *testing.T) {
+	const dbTimeout = 2 * time.Second // far above replicaTimeout, on any machine
+	pool := testPool
+	pool.timeout = dbTimeout
+	dsn := testDatabase(t)
+	primary := openTestStoreOn(t, dsn)
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := startProxy(t, u.Host)
+	u.Host = proxy.addr()
+	rpool := pool
+	rpool.readOnly = true
+	replica, err := openPostgres(context.Background(), u.String(), rpool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		proxy.cut() // or closing would wait for the stalled connections' reply deadline
+		// Its connections were cut under it: closing its statements on
+		// them may fail, and says nothing about the test.
+		if err := replica.Close(); err != nil {
+			t.Logf("close replica after the stall: %v", err)
+		}
+	})
+	m := newMetrics(prometheus.NewRegistry())
+	r := &replicaReads{Store: primary, replica: replica, counts: m.replicaResults(), timeout: dbTimeout}
+	ctx := context.Background()
+	if err := primary.Save(ctx, "stall01", "https://go.dev/stall"); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := r.Lookup(ctx, "stall01"); err != nil || got != "https://go.dev/stall" {
+		t.Fatalf("lookup through a working replica = %q, %v", got, err)
+	}
+	if got := testutil.ToFloat64(m.replica.WithLabelValues("hit")); got != 1 {
+		t.Fatalf("replica reads hit = %v, want 1 before the stall", got)
+	}
+
+	proxy.stall()
+	start := time.Now()
+	got, err := r.Lookup(ctx, "stall01")
+	if took := time.Since(start); err != nil || got != "https://go.dev/stall" || took >= dbTimeout {
+		t.Errorf("lookup with the replica stalled = %q, %v after %v; want the link from the primary within DB_TIMEOUT (%v)",
+			got, err, took, dbTimeout)
+	}
+	start = time.Now()
+	_, err = r.Lookup(ctx, "nothere")
+	if took := time.Since(start); !errors.Is(err, ErrNotFound) || took >= dbTimeout {
+		t.Errorf("lookup of an unknown code with the replica stalled: %v after %v; want ErrNotFound within DB_TIMEOUT (%v)",
+			err, took, dbTimeout)
+	}
+	start = time.Now()
+	l, err := r.Link(ctx, "stall01")
+	if took := time.Since(start); err != nil || l.URL != "https://go.dev/stall" || took >= dbTimeout {
+		t.Errorf("link with the replica stalled = %+v, %v after %v; want it from the primary within DB_TIMEOUT (%v)",
+			l, err, took, dbTimeout)
+	}
+	if got := testutil.ToFloat64(m.replica.WithLabelValues("failed")); got != 3 {
+		t.Errorf("replica reads failed = %v, want 3", got)
+	}
 }

@@ -23,5 +23,5 @@ func addRoutes(mux *http.ServeMux, store Store, clicks clickRecorder, limiter *c
 // and GET /{code} matches /shorten, so PUT /shorten would be told "Allow:
 // GET, HEAD, POST". (A method-less "/shorten" pattern cannot do this
 // instead: it and GET /{code} overlap with neither more specific, and the
-// mux panics on registering both.) jsonErrors applies it.
+// mux panics on registering both.) handleUnmatched applies it.
 var allowOverrides = map[string]string{"/shorten": "POST"}

@@ -5,9 +5,11 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/netip"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 )
@@ -19,7 +21,12 @@ import (
 func newHandler(store Store, clicks clickRecorder, limiter *createLimiter, m *metrics, cfg config, log *slog.Logger) http.Handler {
 	mux := http.NewServeMux()
 	addRoutes(mux, store, clicks, limiter, m, cfg, log)
-	var h http.Handler = jsonErrors(mux, log)
+	// A request that no route takes lands here, so that the mux's own
+	// 404 and 405 are JSON like every other error. A catch-all route,
+	// not a wrapper around the mux: a wrapper would have to ask the mux
+	// which route matches before every request, routing each one twice.
+	mux.Handle("/", handleUnmatched(mux, log))
+	var h http.Handler = mux
 	// Before any real work, so that a refusal costs little.
 	h = limitInFlight(cfg.limits.maxInFlight, m.shedCounter(), log, h)
 	// First of all, so that every request, refused ones too, has its id
@@ -29,7 +36,7 @@ func newHandler(store Store, clicks clickRecorder, limiter *createLimiter, m *me
 }
 
 func newServer(store Store, clicks clickRecorder, limiter *createLimiter, m *metrics, cfg config, log *slog.Logger) *http.Server {
-	return &http.Server{
+	srv := &http.Server{
 		Handler: newHandler(store, clicks, limiter, m, cfg, log),
 		// Without these a client that opens a connection and sends
 		// nothing, or reads its answer a byte a minute, holds a
@@ -45,65 +52,109 @@ func newServer(store Store, clicks clickRecorder, limiter *createLimiter, m *met
 		MaxHeaderBytes: 64 << 10,
 		ErrorLog:       slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
+	// 0 is no cap: no hook, and so not the two lock operations it adds
+	// to each request on a kept-alive connection.
+	if cfg.idleConnsMax > 0 {
+		srv.ConnState = newIdleConnLimit(cfg.idleConnsMax, log).connState
+	}
+	return srv
 }
 
-// jsonErrors makes the mux's own answers (404 for a path no route matches,
-// 405 for a method a route does not take) JSON like every other error. The
-// pattern it looks up on the way is what the metrics and the access log
-// call the request's route.
-func jsonErrors(mux *http.ServeMux, log *slog.Logger) http.Handler {
+// idleConnLimit bounds the keep-alive connections left open between
+// requests (IDLE_CONNS_MAX). net/http keeps every one until IdleTimeout,
+// and each holds a goroutine and its buffers: a few thousand clients that
+// make one request and keep the connection cost over a hundred MB. While
+// more than limit connections are open, one that finishes a request is
+// closed instead of kept; its client opens a new one if it comes back.
+//
+// It counts open connections (once per connection) rather than idle ones:
+// knowing which are idle would cost every request on a kept-alive
+// connection a write to a shared set and a delete, on the hot path.
+type idleConnLimit struct {
+	limit  int64
+	log    *slog.Logger
+	warned atomic.Bool
+	open   atomic.Int64
+}
+
+func newIdleConnLimit(limit int, log *slog.Logger) *idleConnLimit {
+	return &idleConnLimit{limit: int64(limit), log: log}
+}
+
+// connState is the http.Server's ConnState hook, called on every change of
+// a connection's state (twice a request on a kept-alive connection: active,
+// then idle), from the goroutine serving it.
+func (l *idleConnLimit) connState(c net.Conn, state http.ConnState) {
+	switch state {
+	case http.StateNew:
+		l.open.Add(1)
+	case http.StateClosed, http.StateHijacked: // a hijacked one is reported no more
+		l.open.Add(-1)
+	case http.StateIdle:
+		if l.open.Load() <= l.limit {
+			return
+		}
+		// The answer has been written; net/http's read of the next
+		// request fails, and it closes the connection.
+		c.Close() //nolint:errcheck // an error means it is closed already, which is the aim
+		if !l.warned.Load() && l.warned.CompareAndSwap(false, true) {
+			l.log.Warn("too many open connections: closing each that finishes a request past IDLE_CONNS_MAX (said once)",
+				"idle_conns_max", l.limit)
+		}
+	}
+}
+
+// handleUnmatched answers what no route of mux takes: 404 in JSON, or 405
+// with an Allow header if the path has a route for another method (PUT
+// /healthz, DELETE /shorten). It asks mux again, with the methods the
+// routes use, only for these requests, which are few.
+func handleUnmatched(mux *http.ServeMux, log *slog.Logger) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, pattern := mux.Handler(r)
-		if info := requestInfoFrom(r.Context()); info != nil {
-			info.route = pattern
+		var allow []string
+		for _, method := range []string{http.MethodGet, http.MethodPost} {
+			if method == r.Method || (method == http.MethodGet && r.Method == http.MethodHead) {
+				continue
+			}
+			probe := *r // a shallow copy: only its method changes
+			probe.Method = method
+			if _, pattern := mux.Handler(&probe); pattern != "/" && pattern != "" {
+				allow = append(allow, method)
+				if method == http.MethodGet {
+					allow = append(allow, http.MethodHead)
+				}
+			}
 		}
-		if pattern == "" {
-			w = &muxErrorWriter{ResponseWriter: w, r: r, log: log}
+		if len(allow) == 0 {
+			writeJSON(w, r, log, http.StatusNotFound, map[string]string{"error": "not found"})
+			return
 		}
-		mux.ServeHTTP(w, r)
+		a := strings.Join(allow, ", ")
+		if o, ok := allowOverrides[r.URL.Path]; ok {
+			a = o
+		}
+		w.Header().Set("Allow", a)
+		writeJSON(w, r, log, http.StatusMethodNotAllowed, map[string]string{"error": "method not allowed"})
 	})
-}
-
-// muxErrorWriter turns a 404 or 405 written by http.ServeMux into a JSON
-// error, keeping its headers (405 carries Allow, corrected from
-// allowOverrides), and drops the plain-text body that follows. Anything
-// else (the mux's redirects to a cleaned path) passes through.
-type muxErrorWriter struct {
-	http.ResponseWriter
-	r        *http.Request
-	log      *slog.Logger
-	replaced bool
-}
-
-func (m *muxErrorWriter) WriteHeader(status int) {
-	switch status {
-	case http.StatusNotFound:
-		m.replaced = true
-		writeJSON(m.ResponseWriter, m.r, m.log, status, map[string]string{"error": "not found"})
-	case http.StatusMethodNotAllowed:
-		m.replaced = true
-		if allow, ok := allowOverrides[m.r.URL.Path]; ok {
-			m.Header().Set("Allow", allow)
-		}
-		writeJSON(m.ResponseWriter, m.r, m.log, status, map[string]string{"error": "method not allowed"})
-	default:
-		m.ResponseWriter.WriteHeader(status)
-	}
-}
-
-func (m *muxErrorWriter) Write(p []byte) (int, error) {
-	if m.replaced {
-		return len(p), nil
-	}
-	return m.ResponseWriter.Write(p)
 }
 
 // requestInfo is what the middleware learns about a request, kept in its
 // context for the handlers and the log.
 type requestInfo struct {
-	id     string     // the request id, from nginx or made here
+	id     string // the request id from a trusted proxy; "" if made here
+	ids    *requestIDs
+	n      uint64     // with ids, the id made here (see requestID)
 	client netip.Addr // who sent it (see clientIP)
-	route  string     // the pattern that matched, set by jsonErrors; "" for none
+	route  string     // set by a middleware that answers before routing ("shed")
+}
+
+// requestID is the request's id: the proxy's, or one made here. Made
+// here, it is put in words only when a log line needs it, which most
+// requests never do.
+func (i *requestInfo) requestID() string {
+	if i.id != "" || i.ids == nil {
+		return i.id
+	}
+	return i.ids.format(i.n)
 }
 
 type requestInfoKey struct{}
@@ -128,16 +179,27 @@ func clientIPFrom(ctx context.Context) netip.Addr {
 // ACCESS_LOG on, it logs one line for it.
 func observe(cfg config, m *metrics, log *slog.Logger, next http.Handler) http.Handler {
 	ids := newRequestIDs()
+	var warnedXFF atomic.Bool
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		info := &requestInfo{client: cfg.trustedProxies.clientIP(r)}
+		client, peerTrusted := cfg.trustedProxies.client(r)
+		info := &requestInfo{client: client}
+		// A proxy we do not trust that sends X-Forwarded-For is most
+		// likely ours, missing from TRUSTED_PROXIES: every client behind
+		// it then shares its address, and one rate limit. Said once,
+		// so that a client sending the header itself cannot flood the log.
+		if !peerTrusted && r.Header["X-Forwarded-For"] != nil && !warnedXFF.Load() && warnedXFF.CompareAndSwap(false, true) {
+			log.Warn("X-Forwarded-For from a peer not in TRUSTED_PROXIES is ignored: if it is a proxy of ours, "+
+				"add it to TRUSTED_PROXIES, or all its clients share one address and one rate limit (said once)",
+				"peer", peerAddr(r).String())
+		}
 		// nginx sends the id it logs (deploy/nginx.conf); anyone else's
 		// would be a client's invention, so it is taken from a trusted
 		// proxy only, and only if it looks like one.
-		if id := r.Header.Get("X-Request-Id"); id != "" && validRequestID(id) && cfg.trustedProxies.trusts(peerAddr(r)) {
+		if id := r.Header.Get("X-Request-Id"); id != "" && validRequestID(id) && peerTrusted {
 			info.id = id
 		} else {
-			info.id = ids.next()
+			info.ids, info.n = ids, ids.n.Add(1)
 		}
 		r = r.WithContext(context.WithValue(r.Context(), requestInfoKey{}, info))
 		if m == nil && !cfg.accessLog {
@@ -146,21 +208,27 @@ func observe(cfg config, m *metrics, log *slog.Logger, next http.Handler) http.H
 		}
 		sw := &statusWriter{ResponseWriter: w}
 		if m != nil {
-			m.inFlight.Inc()
-			defer m.inFlight.Dec()
+			m.inFlight.Add(1)
+			defer m.inFlight.Add(-1)
 		}
 		next.ServeHTTP(sw, r)
 		if sw.status == 0 {
 			sw.status = http.StatusOK // what net/http sends for a handler that wrote nothing
 		}
 		took := time.Since(start)
+		route := info.route
+		if route == "" {
+			// The mux wrote the pattern that matched into r, the same
+			// request it was given.
+			route = routeLabel(r.Pattern)
+		}
 		if m != nil {
-			m.observed(r.Method, info.route, sw.status, took)
+			m.observed(r.Method, route, sw.status, took)
 		}
 		if cfg.accessLog {
 			log.LogAttrs(r.Context(), slog.LevelInfo, "request",
-				slog.String("method", r.Method), slog.String("path", truncate(r.URL.Path, 256)),
-				slog.String("route", info.route), slog.Int("status", sw.status),
+				slog.String("method", truncate(r.Method, maxLoggedMethod)), slog.String("path", truncate(r.URL.Path, 256)),
+				slog.String("route", route), slog.Int("status", sw.status),
 				slog.Duration("took", took), slog.String("client", info.client.String()))
 		}
 	})
@@ -221,9 +289,26 @@ func newRequestIDs() *requestIDs {
 	return &requestIDs{prefix: hex.EncodeToString(b[:]) + "-"}
 }
 
-func (g *requestIDs) next() string {
-	return g.prefix + strconv.FormatUint(g.n.Add(1), 36)
+func (g *requestIDs) next() string { return g.format(g.n.Add(1)) }
+
+func (g *requestIDs) format(n uint64) string {
+	return g.prefix + strconv.FormatUint(n, 36)
 }
+
+// routeLabel is what the metrics and the access log call a route: the
+// pattern that matched, "unmatched" for the catch-all that answers 404 and
+// 405, "" (also "unmatched", in metrics.observed) when no route was reached.
+func routeLabel(pattern string) string {
+	if pattern == "/" {
+		return "unmatched"
+	}
+	return pattern
+}
+
+// maxLoggedMethod is as much of a method as the access log keeps: the
+// longest standard one (OPTIONS) is 7 bytes, and net/http takes any token,
+// up to the header limit.
+const maxLoggedMethod = 16
 
 func truncate(s string, n int) string {
 	if len(s) > n {
@@ -241,7 +326,7 @@ type logHandler struct{ slog.Handler }
 
 func (h logHandler) Handle(ctx context.Context, rec slog.Record) error {
 	if info := requestInfoFrom(ctx); info != nil {
-		rec.AddAttrs(slog.String("request_id", info.id))
+		rec.AddAttrs(slog.String("request_id", info.requestID()))
 	}
 	return h.Handler.Handle(ctx, rec)
 }

@@ -8,7 +8,11 @@ import (
 	"fmt"
 	"maps"
 	"net"
+	"net/url"
+	"regexp"
 	"slices"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -84,8 +88,18 @@ type poolConfig struct {
 }
 
 // openPostgres connects to dsn, sizes the pool, and creates the schema if it
-// is not there.
+// is not there. Its errors never carry the password dsn may hold: they
+// are printed at start-up, into logs that more people read than the
+// deployment's secrets.
 func openPostgres(ctx context.Context, dsn string, pool poolConfig) (*pgStore, error) {
+	s, err := connectPostgres(ctx, dsn, pool)
+	if err != nil {
+		return nil, redactDSN(err, dsn)
+	}
+	return s, nil
+}
+
+func connectPostgres(ctx context.Context, dsn string, pool poolConfig) (*pgStore, error) {
 	connector, err := pq.NewConnector(dsn)
 	if err != nil {
 		return nil, fmt.Errorf("store: open: %w", err)
@@ -121,6 +135,56 @@ func openPostgres(ctx context.Context, dsn string, pool poolConfig) (*pgStore, e
 	}
 	dialer.limit.Store(int64(replyTimeout))
 	return s, nil
+}
+
+// redactedError is an error whose text had a connection string's secrets
+// taken out; errors.Is and errors.As still see the error beneath.
+type redactedError struct {
+	msg string
+	err error
+}
+
+func (e *redactedError) Error() string { return e.msg }
+func (e *redactedError) Unwrap() error { return e.err }
+
+// kvPassword finds the password in a key=value connection string
+// ("host=db password=s3cret" or password='s 3cret').
+var kvPassword = regexp.MustCompile(`password\s*=\s*('(?:[^'\\]|\\.)*'|\S+)`)
+
+// redactDSN takes the password in dsn (a URL or key=value pairs) out of
+// err's text, in every form it may be printed: as written, decoded, and
+// inside the whole connection string, which url.Parse's errors quote.
+func redactDSN(err error, dsn string) error {
+	var secrets []string
+	if _, rest, ok := strings.Cut(dsn, "://"); ok {
+		if at := strings.LastIndexByte(rest, '@'); at >= 0 {
+			if _, pw, ok := strings.Cut(rest[:at], ":"); ok && pw != "" {
+				secrets = append(secrets, pw)
+				if dec, err := url.PathUnescape(pw); err == nil && dec != pw {
+					secrets = append(secrets, dec)
+				}
+			}
+		}
+	}
+	for _, m := range kvPassword.FindAllStringSubmatch(dsn, -1) {
+		secrets = append(secrets, m[1])
+		if uq := strings.Trim(m[1], "'"); uq != m[1] && uq != "" {
+			secrets = append(secrets, uq)
+		}
+	}
+	msg := err.Error()
+	redacted := msg
+	for _, s := range secrets {
+		redacted = strings.ReplaceAll(redacted, s, "xxxxx")
+		// url.Error quotes the URL, escaping what it must.
+		if q := strconv.Quote(s); q[1:len(q)-1] != s {
+			redacted = strings.ReplaceAll(redacted, q[1:len(q)-1], "xxxxx")
+		}
+	}
+	if redacted == msg {
+		return err
+	}
+	return &redactedError{msg: redacted, err: err}
 }
 
 // prepare prepares the lookup and the insert (once here, to check them; then

@@ -59,8 +59,15 @@ func testDatabase(t *testing.T) string {
 	return u.String()
 }
 
-// testPool is the pool the app uses by default.
-var testPool = defaultConfig().pool
+// testPool is the pool the app uses by default, but with deadlines far
+// above what any call takes on a slow, busy machine: a test of a deadline
+// sets its own. (With the default 500 ms, a test run beside other work
+// failed with 503s now and then.)
+var testPool = func() poolConfig {
+	p := defaultConfig().pool
+	p.timeout, p.replyTimeout = 10*time.Second, 15*time.Second
+	return p
+}()
 
 // openTestStore returns a pgStore on a fresh database, closed at the end.
 func openTestStore(t *testing.T) *pgStore {
@@ -120,7 +127,7 @@ func forEachStore(t *testing.T, fn func(t *testing.T, store Store)) {
 	t.Run("postgres+redis+local", func(t *testing.T) {
 		opts, prefix := testRedis(t)
 		c, _ := newTestCache(t, openTestStore(t), opts, prefix, discardLog)
-		l, err := newLocalCache(c, 100, (*metrics)(nil).cacheResults("local"))
+		l, err := newLocalCache(c, 100, defaultLocalCacheTTL, (*metrics)(nil).cacheResults("local"))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -33,29 +33,9 @@ while getopts qo:n:d:r:z:Z:p: opt; do
 	*) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
 	esac
 done
-admin=${ADMIN_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable}
-repo=$(git rev-parse --show-toplevel)
-here="$repo/benchmarks"
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/cache.XXXXXX")
-keep=$out
-[ -n "$out" ] || out="$tmp/out"
-mkdir -p "$out"
-for tool in go psql redis-server redis-cli curl hey vegeta; do
-	command -v "$tool" >/dev/null || { echo "cache: $tool not found (see benchmarks/README.md)" >&2; exit 1; }
-done
-
-. "$here/lib.sh"
-
-db="shortener_cache_$(od -An -N4 -tx4 /dev/urandom | tr -d ' ')"
-nocache_pid='' cache_pid='' redis_port=''
-cleanup() {
-	for p in $nocache_pid $cache_pid; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
-	[ -z "$redis_port" ] || redis-cli -p "$redis_port" shutdown nosave >/dev/null 2>&1 || true
-	psql "$admin" -qc "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null 2>&1 || true
-	rm -rf "$tmp"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+. "$(dirname "$0")/lib.sh"
+sitting cache go psql redis-server redis-cli curl hey vegeta
+outputs_dir
 
 # start_app NAME [VAR=VALUE...]: start the app with the settings given, wait
 # for /healthz, and set $port and $pid.
@@ -64,21 +44,24 @@ start_app() {
 	port=$(freeport)
 	# env -u: a REDIS_URL in the caller's environment must not reach the
 	# copy that is meant to run without a cache.
-	env -u REDIS_URL ADDR="127.0.0.1:$port" DATABASE_URL="$dburl" "$@" "$tmp/shortener" 2>"$tmp/$name.log" &
+	# METRICS_ADDR: a later step's app listens there too (:6060 by default).
+	env -u REDIS_URL ADDR="127.0.0.1:$port" METRICS_ADDR="127.0.0.1:$(freeport)" DATABASE_URL="$dburl" "$@" "$tmp/shortener" 2>"$tmp/$name.log" &
 	pid=$!
+	pids="$pids $pid"
 	wait_healthy "http://127.0.0.1:$port" "$tmp/$name.log"
 }
 
-# summary: the headline figure of each output, since without -o they go
-# when the script ends.
+# summary: each output's headline, and its ratio to /healthz in the same
+# part (c50, c200, zipf), as docs/05's tables quote it.
 summary() {
 	for f in "$out"/05-*.txt; do
-		printf '%-28s %s\n' "$(basename "$f" .txt)" "$(grep -hE '^# (median req/s|redis hit ratio)|^#   Requests' "$f" | sed 's/^# *//' | paste -sd ' ' -)"
+		g=$(basename "$f" .txt); g=${g#05-}; g=${g%%-*}
+		headline "$f" "$out/05-$g-healthz.txt"
 	done
-	if [ "$keep" ]; then echo "Outputs in $out" | sed "s|$repo/||"; else echo "Outputs not kept (give -o DIR to keep them)"; fi
+	outputs_note
 }
 
-(cd "$repo" && go build -o "$tmp/shortener" .)
+go build -o "$tmp/shortener" .
 seeded_db "$admin" "$rows"
 
 start_redis "$tmp"

@@ -33,35 +33,12 @@ while getopts qo:n:d:r:R: opt; do
 	*) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
 	esac
 done
-admin=${ADMIN_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable}
-repo=$(git rev-parse --show-toplevel)
-cd "$repo"
-here=benchmarks
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/clicks.XXXXXX")
-keep=$out
-[ -n "$out" ] || out="$tmp/out"
-mkdir -p "$out"
-for tool in go psql redis-server redis-cli curl hey vegeta; do
-	command -v "$tool" >/dev/null || { echo "clicks.sh: $tool not found (see benchmarks/README.md)" >&2; exit 1; }
-done
-. "$here/lib.sh"
-
-db="shortener_clicks_$(od -An -N4 -tx4 /dev/urandom | tr -d ' ')"
-pid='' redis_port=''
-cleanup() {
-	[ -z "$pid" ] || { kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; }
-	[ -z "$redis_port" ] || redis-cli -p "$redis_port" shutdown nosave >/dev/null 2>&1 || true
-	psql "$admin" -qc "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null 2>&1 || true
-	rm -rf "$tmp"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+. "$(dirname "$0")/lib.sh"
+sitting clicks go psql redis-server redis-cli curl hey vegeta
+outputs_dir
 
 go build -o "$tmp/shortener" .
-seeded_db "$admin" "$rows"
-export DATABASE_URL="$dburl"
-start_redis "$tmp"
-export REDIS_URL="redis://127.0.0.1:$redis_port/0"
+backends "$rows"
 
 # start NAME VAR=VALUE...: a fresh copy of the app with those settings.
 start() {
@@ -116,8 +93,7 @@ for sig in TERM KILL; do
 	echo "# SIG$sig under load  ${ok:-0} redirects answered 302  $(($(clicks) - c0)) clicks recorded  $(grep -o 'msg="click queue closed".*' "$tmp/sig$sig.log" || echo '(no drain: killed)')" >>"$dbfile"
 done
 
-for f in "$out"/07-*.txt; do
-	printf '%-28s %s\n' "$(basename "$f" .txt)" "$(grep -hE '^# median req/s' "$f" | sed 's/^# *//')"
-done
+# Each output's headline and its ratio to /healthz, as docs/07's table quotes it.
+for f in "$out"/07-*.txt; do headline "$f" "$out/07-healthz.txt"; done
 cat "$dbfile"
-if [ "$keep" ]; then echo "Outputs in $out" | sed "s|$repo/||"; else echo "Outputs not kept (give -o DIR to keep them)"; fi
+outputs_note

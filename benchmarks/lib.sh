@@ -1,5 +1,96 @@
-# lib.sh: helpers the sitting scripts share (cache.sh, nginx.sh, table.sh).
-# Source it: . benchmarks/lib.sh. POSIX sh.
+# lib.sh: what the sitting scripts share (cache.sh, nginx.sh, clicks.sh,
+# limits.sh, metrics.sh, writes.sh, onebox.sh, profile.sh; table.sh uses
+# freeport). POSIX sh. A script sources it from its own folder, before it
+# changes directory, then calls sitting:
+#   . "$(dirname "$0")/lib.sh"
+#   sitting cache go psql redis-server redis-cli curl hey vegeta
+
+# Every load generator here is one address standing for many clients, and
+# deploy/nginx.conf allows one address 100 requests in progress: a sitting
+# that goes through nginx raises that (deploy/replicas.sh reads it).
+NGINX_LIMIT_CONN=${NGINX_LIMIT_CONN:-60000} # nginx takes less than 65,536
+export NGINX_LIMIT_CONN
+
+# sitting NAME TOOL...: the set-up every sitting shares. The caller has set
+# out (its -o, or '') and parts (its -p) first. It checks that each TOOL is
+# on the PATH; makes a relative out absolute (the script moves to the
+# repository next); sets admin (ADMIN_DATABASE_URL, or the local Postgres),
+# repo, and here=benchmarks, relative: the commands recorded in the outputs
+# name paths from the repository; makes tmp; picks db, a database name of
+# the sitting's own; points REPLICAS_DIR into tmp; and stops what the
+# sitting started when it exits, however it exits (stop_sitting).
+sitting() {
+	_name=$1
+	shift
+	for _tool in "$@"; do
+		command -v "$_tool" >/dev/null || { echo "$_name.sh: $_tool not found (see benchmarks/README.md)" >&2; exit 1; }
+	done
+	case $out in '' | /*) ;; *) out="$PWD/$out" ;; esac
+	admin=${ADMIN_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable}
+	repo=$(git rev-parse --show-toplevel)
+	cd "$repo"
+	here=benchmarks
+	tmp=$(mktemp -d "${TMPDIR:-/tmp}/$_name.XXXXXX")
+	db="shortener_${_name}_$(od -An -N4 -tx4 /dev/urandom | tr -d ' ')"
+	pid='' pids='' redis_port='' redis_pid='' up='' replica='' dbs='' stop_signal=TERM
+	export REPLICAS_DIR="$tmp/replicas"
+	trap stop_sitting EXIT
+	trap 'exit 130' INT TERM
+}
+
+# outputs_dir: where a sitting writes its NN-*.txt: the -o DIR given (keep
+# is set), or a folder in tmp that goes at the end.
+outputs_dir() {
+	keep=$out
+	[ -n "$out" ] || out="$tmp/out"
+	mkdir -p "$out"
+}
+
+# outputs_note: the last line of a sitting's summary.
+outputs_note() {
+	if [ "$keep" ]; then echo "Outputs in $out" | sed "s|$repo/||"; else echo "Outputs not kept (give -o DIR to keep them)"; fi
+}
+
+# stop_sitting: on exit, whatever happened: deploy/replicas.sh's instances
+# and nginx ($up set), deploy/replica.sh's replica ($replica set), the
+# processes in $pid and $pids (with $stop_signal, then waited for), the
+# sitting's Redis ($redis_port), its databases ($db, $dbs), and tmp.
+stop_sitting() {
+	[ -z "$up" ] || deploy/replicas.sh down >/dev/null 2>&1 || true
+	[ -z "$replica" ] || deploy/replica.sh down >/dev/null 2>&1 || true
+	for _p in $pid $pids; do
+		kill "-$stop_signal" "$_p" 2>/dev/null || true
+		wait "$_p" 2>/dev/null || true
+	done
+	# A run cut short between SIGSTOP and SIGCONT must not leave Redis frozen.
+	[ -z "$redis_pid" ] || kill -CONT "$redis_pid" 2>/dev/null || true
+	[ -z "$redis_port" ] || redis-cli -p "$redis_port" shutdown nosave >/dev/null 2>&1 || true
+	for _db in $dbs $db; do
+		psql "$admin" -qc "DROP DATABASE IF EXISTS $_db WITH (FORCE)" >/dev/null 2>&1 || true
+	done
+	rm -rf "$tmp"
+}
+
+# want PART: whether -p asked for PART.
+want() { case " $parts " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
+
+# reqs FILE: the requests a second an output measured: bench.sh's median,
+# or vload.sh's throughput.
+reqs() {
+	awk '/^# median req\/s:/ { r = $4 } /^#   Requests / { r = $NF } END { print r + 0 }' "$1"
+}
+
+# headline FILE [BASE]: FILE's name and headline figures, since without -o
+# the outputs go when the sitting ends; with BASE, the ratio of FILE's
+# requests a second to BASE's, the ratio the docs' tables quote.
+headline() {
+	[ -f "$1" ] || return 0 # a glob that matched nothing: no outputs
+	_line=$(grep -hE '^# (median req/s|slow|redis hit ratio)|^#   (Requests|Status Codes)' "$1" | sed 's/^# *//' | tr -s ' ' | paste -sd ' ' -)
+	if [ -n "${2:-}" ] && [ -f "$2" ] && [ "$1" != "$2" ]; then
+		_line="ratio to $(basename "$2" .txt): $(awk -v a="$(reqs "$1")" -v b="$(reqs "$2")" 'BEGIN { if (a > 0 && b > 0) printf "%.3f", a / b; else printf "-" }')  $_line"
+	fi
+	printf '%-28s %s\n' "$(basename "$1" .txt)" "$_line"
+}
 
 # freeport: a TCP port on 127.0.0.1 that nothing listens on now. It is
 # drawn from 20000-31999, below the ports the kernel hands out to outgoing
@@ -41,6 +132,18 @@ wait_healthy() {
 		[ "$_i" -lt 100 ] || { echo "$1/healthz does not answer; the server's log:" >&2; cat "$2" >&2; exit 1; }
 		sleep 0.1
 	done
+}
+
+# backends ROWS: what most sittings measure against: a database of their
+# own seeded with ROWS links (seeded_db; DATABASE_URL exported) and a Redis
+# of their own (start_redis; REDIS_URL exported, and redis_pid, for the
+# experiments that stall it with SIGSTOP).
+backends() {
+	seeded_db "$admin" "$1"
+	export DATABASE_URL="$dburl"
+	start_redis "$tmp"
+	export REDIS_URL="redis://127.0.0.1:$redis_port/0"
+	redis_pid=$(redis-cli -p "$redis_port" info server | tr -d '\r' | sed -n 's/^process_id://p')
 }
 
 # seeded_db ADMIN_URL ROWS: create the database named $db (the caller picks

@@ -43,46 +43,17 @@ while getopts qo:p:n:d:r:R: opt; do
 	*) sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
 	esac
 done
-admin=${ADMIN_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable}
-repo=$(git rev-parse --show-toplevel)
-cd "$repo" # the commands below, and those recorded in the outputs, name paths from here
-here=benchmarks
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/metrics.XXXXXX")
-keep=$out
-[ -n "$out" ] || out="$tmp/out"
-mkdir -p "$out"
-want() { case " $parts " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
-for tool in go psql redis-server redis-cli curl hey vegeta; do
-	command -v "$tool" >/dev/null || { echo "metrics.sh: $tool not found (see benchmarks/README.md)" >&2; exit 1; }
-done
+. "$(dirname "$0")/lib.sh"
 if want stall; then
 	for tool in nginx prometheus; do
 		command -v "$tool" >/dev/null || { echo "metrics.sh: $tool not found (apt-get install $tool)" >&2; exit 1; }
 	done
 fi
-. "$here/lib.sh"
-
-db="shortener_metrics_$(od -An -N4 -tx4 /dev/urandom | tr -d ' ')"
-pid='' redis_port='' redis_pid='' up=''
-export REPLICAS_DIR="$tmp/replicas"
-cleanup() {
-	[ -z "$up" ] || deploy/replicas.sh down >/dev/null 2>&1 || true
-	[ -z "$pid" ] || { kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; }
-	# A run cut short between SIGSTOP and SIGCONT must not leave Redis frozen.
-	[ -z "$redis_pid" ] || kill -CONT "$redis_pid" 2>/dev/null || true
-	[ -z "$redis_port" ] || redis-cli -p "$redis_port" shutdown nosave >/dev/null 2>&1 || true
-	psql "$admin" -qc "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null 2>&1 || true
-	rm -rf "$tmp"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+sitting metrics go psql redis-server redis-cli curl hey vegeta
+outputs_dir
 
 go build -o "$tmp/shortener" .
-seeded_db "$admin" "$rows"
-export DATABASE_URL="$dburl"
-start_redis "$tmp"
-export REDIS_URL="redis://127.0.0.1:$redis_port/0"
-redis_pid=$(redis-cli -p "$redis_port" info server | tr -d '\r' | sed -n 's/^process_id://p')
+backends "$rows"
 distinct=$((rows < 100000 ? rows : 100000))
 
 # start NAME VAR=VALUE...: a fresh copy of the app with those settings, its
@@ -242,10 +213,12 @@ fi
 
 # The headline of each output, since without -o they go when the script ends.
 for f in "$out"/09-*.txt; do
+	[ -f "$f" ] || continue # no outputs: the glob matched nothing
 	case $f in
-	*09-cost.txt) head="$(grep -h '^# on/off ratio' "$f" | sed 's/^# *//')" ;;
+	*09-cost.txt) head="$(grep -h '^# on/off ratio' "$f" | sed 's/^# *//')
+$(grep -hE '^# (round|median) ' "$f" | head -n 2 | sed 's/^# /    /')" ;;
 	*) head="$(grep -hE '^# median req/s|^#   Status Codes' "$f" | sed 's/^# *//' | tr -s ' ' | paste -sd ' ' -)" ;;
 	esac
 	printf '%-28s %s\n' "$(basename "$f" .txt)" "$head"
 done
-if [ "$keep" ]; then echo "Outputs in $out" | sed "s|$repo/||"; else echo "Outputs not kept (give -o DIR to keep them)"; fi
+outputs_note

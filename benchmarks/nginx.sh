@@ -34,67 +34,41 @@ while getopts qo:n:d:r:R:p: opt; do
 	*) sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
 	esac
 done
-admin=${ADMIN_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable}
-repo=$(git rev-parse --show-toplevel)
-cd "$repo" # the commands below, and those recorded in the outputs, name paths from here
-here=benchmarks
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/nginx.XXXXXX")
-keep=$out
-[ -n "$out" ] || out="$tmp/out"
-mkdir -p "$out"
-for tool in go psql redis-server redis-cli curl hey vegeta; do
-	command -v "$tool" >/dev/null || { echo "nginx.sh: $tool not found (see benchmarks/README.md)" >&2; exit 1; }
-done
-. "$here/lib.sh"
-
-db="shortener_nginx_$(od -An -N4 -tx4 /dev/urandom | tr -d ' ')"
-direct_pid='' redis_port='' up=''
-export REPLICAS_DIR="$tmp/replicas"
-cleanup() {
-	[ -z "$up" ] || deploy/replicas.sh down >/dev/null 2>&1 || true
-	[ -z "$direct_pid" ] || { kill "$direct_pid" 2>/dev/null || true; wait "$direct_pid" 2>/dev/null || true; }
-	[ -z "$redis_port" ] || redis-cli -p "$redis_port" shutdown nosave >/dev/null 2>&1 || true
-	psql "$admin" -qc "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null 2>&1 || true
-	rm -rf "$tmp"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+. "$(dirname "$0")/lib.sh"
+sitting nginx go psql redis-server redis-cli curl hey vegeta
+outputs_dir
 
 go build -o "$tmp/shortener" .
-seeded_db "$admin" "$rows"
-export DATABASE_URL="$dburl"
-start_redis "$tmp"
-export REDIS_URL="redis://127.0.0.1:$redis_port/0"
+backends "$rows"
 
-want() { case " $parts " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 export NGINX_PORT="$(freeport)" APP_PORT_BASE="$(freeport)"
 base="http://127.0.0.1:$NGINX_PORT"
-pids() { cat "$REPLICAS_DIR"/app-*.pid | paste -sd, -; }
+app_pids() { cat "$REPLICAS_DIR"/app-*.pid | paste -sd, -; }
 
 if want bench; then
 # 1. Straight to one instance.
 port=$(freeport)
 ADDR="127.0.0.1:$port" "$tmp/shortener" 2>"$tmp/direct.log" &
-direct_pid=$!
+pid=$!
 wait_healthy "http://127.0.0.1:$port" "$tmp/direct.log"
 for what in healthz redirect; do
-	sh "$here/bench.sh" -n "$runs" -d "$dur" -c "$conc" -w "$warm" -p "$direct_pid" -k "$code" \
+	sh "$here/bench.sh" -n "$runs" -d "$dur" -c "$conc" -w "$warm" -p "$pid" -k "$code" \
 		-l "nginx.sh: straight to one instance, no nginx" -o "$out/06-direct-$what.txt" \
 		"$what" "http://127.0.0.1:$port"
 done
-kill "$direct_pid"; wait "$direct_pid" 2>/dev/null || true; direct_pid=''
+kill "$pid"; wait "$pid" 2>/dev/null || true; pid=''
 
 # 2. Through nginx, to 1, 2 and 3 instances.
 for n in 1 2 3; do
 	deploy/replicas.sh up "$n" >"$tmp/up-$n.log"; up=1
 	for what in healthz redirect; do
-		sh "$here/bench.sh" -n "$runs" -d "$dur" -c "$conc" -w "$warm" -p "$(pids)" -k "$code" \
+		sh "$here/bench.sh" -n "$runs" -d "$dur" -c "$conc" -w "$warm" -p "$(app_pids)" -k "$code" \
 			-l "nginx.sh: through nginx to $n instance(s)" -o "$out/06-nginx$n-$what.txt" \
 			"$what" "$base"
 	done
 	if [ "$n" = 1 ]; then
 		# What one copy cannot do: restart without failing requests.
-		sh "$here/vload.sh" -r "$rate" -d 15s -p "$(pids)" -e "3:deploy/replicas.sh restart" \
+		sh "$here/vload.sh" -r "$rate" -d 15s -p "$(app_pids)" -e "3:deploy/replicas.sh restart" \
 			-l "nginx.sh: 1 instance behind nginx, restarted (SIGTERM, start, wait) from 3 s" \
 			-o "$out/06-restart-1instance.txt" "$base/$code"
 	fi
@@ -110,19 +84,18 @@ if want experiments; then
 deploy/replicas.sh up 3 >"$tmp/up-3a.log"; up=1
 sh "$here/targets.sh" -n "$((rows < 100000 ? rows : 100000))" "$base" >"$tmp/targets"
 sh "$here/vload.sh" -r 0 -w 50 -d "$xdur1" -t "$tmp/targets" -o "$tmp/warm-up.txt"
-sh "$here/vload.sh" -r "$rate" -d "$xdur1" -p "$(pids)" -t "$tmp/targets" \
+sh "$here/vload.sh" -r "$rate" -d "$xdur1" -p "$(app_pids)" -t "$tmp/targets" \
 	-e "5:deploy/replicas.sh kill 2" \
 	-l "nginx.sh: 3 instances behind nginx, instance 2 killed with SIGKILL at 5 s" -o "$out/06-kill9.txt"
 deploy/replicas.sh down >/dev/null
 deploy/replicas.sh up 3 >"$tmp/up-3b.log"
-sh "$here/vload.sh" -r "$rate" -d "$xdur2" -p "$(pids)" -t "$tmp/targets" \
+sh "$here/vload.sh" -r "$rate" -d "$xdur2" -p "$(app_pids)" -t "$tmp/targets" \
 	-e "3:deploy/replicas.sh restart" \
 	-l "nginx.sh: 3 instances behind nginx, rolling restart (SIGTERM, start, wait) from 3 s" -o "$out/06-rolling-restart.txt"
 deploy/replicas.sh down >/dev/null; up=''
 fi
 
-# The headline of each output, since without -o they go when the script ends.
-for f in "$out"/06-*.txt; do
-	printf '%-24s %s\n' "$(basename "$f" .txt)" "$(grep -hE '^# median req/s|^#   Status Codes|^# slow' "$f" | sed 's/^# *//' | tr -s ' ' | paste -sd ' ' -)"
-done
-if [ "$keep" ]; then echo "Outputs in $out" | sed "s|$repo/||"; else echo "Outputs not kept (give -o DIR to keep them)"; fi
+# Each output's headline and its ratio to the direct /healthz, as docs/06's
+# table quotes it.
+for f in "$out"/06-*.txt; do headline "$f" "$out/06-direct-healthz.txt"; done
+outputs_note

@@ -35,39 +35,13 @@ while getopts qo:p:n:d: opt; do
 	*) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
 	esac
 done
-admin=${ADMIN_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable}
-repo=$(git rev-parse --show-toplevel)
-cd "$repo"
-here=benchmarks
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/onebox.XXXXXX")
-keep=$out
-[ -n "$out" ] || out="$tmp/out"
-mkdir -p "$out"
-want() { case " $parts " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
-for tool in go psql redis-server redis-cli curl hey vegeta nginx; do
-	command -v "$tool" >/dev/null || { echo "onebox.sh: $tool not found (see benchmarks/README.md)" >&2; exit 1; }
-done
-. "$here/lib.sh"
-
-db="shortener_onebox_$(od -An -N4 -tx4 /dev/urandom | tr -d ' ')"
-pids='' redis_port='' up=''
-export REPLICAS_DIR="$tmp/replicas"
-cleanup() {
-	[ -z "$up" ] || deploy/replicas.sh down >/dev/null 2>&1 || true
-	for p in $pids; do kill "$p" 2>/dev/null || true; done
-	[ -z "$redis_port" ] || redis-cli -p "$redis_port" shutdown nosave >/dev/null 2>&1 || true
-	psql "$admin" -qc "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null 2>&1 || true
-	rm -rf "$tmp"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+. "$(dirname "$0")/lib.sh"
+sitting onebox go psql redis-server redis-cli curl hey vegeta nginx
+outputs_dir
 
 go build -o "$tmp/shortener" .
 go build -o "$tmp/bare" ./benchmarks/bare
-seeded_db "$admin" "$rows"
-export DATABASE_URL="$dburl"
-start_redis "$tmp"
-export REDIS_URL="redis://127.0.0.1:$redis_port/0"
+backends "$rows"
 codeid=$(sh "$here/codeid.sh")
 stamp() { echo "# made by:   benchmarks/onebox.sh ($1); code id $codeid, commit $(git rev-parse --short=12 HEAD)$(git diff --quiet HEAD -- . ':!benchmarks/11-*' || echo ' (dirty tree)'), date $(date -u '+%Y-%m-%dT%H:%M:%SZ')"; }
 
@@ -173,10 +147,12 @@ if want shares; then
 fi
 
 for f in "$out"/11-*.txt; do
+	[ -f "$f" ] || continue # no outputs: the glob matched nothing
 	case $f in
-	*11-best.txt) head="$(grep -h '^# median' "$f" | head -n 1 | sed 's/^# *//' | tr -s ' ')" ;;
+	*11-best.txt) head="ratios within each round, and their medians (as docs/11 quotes them):
+$(grep -hE '^# (round|median) ' "$f" | head -n 2 | sed 's/^# /    /')" ;;
 	*) head="$(grep -hE '^# median req/s|^#   Requests' "$f" | sed 's/^# *//' | tr -s ' ' | paste -sd ' ' -)" ;;
 	esac
 	printf '%-24s %s\n' "$(basename "$f" .txt)" "$head"
 done
-if [ "$keep" ]; then echo "Outputs in $out" | sed "s|$repo/||"; else echo "Outputs not kept (give -o DIR to keep them)"; fi
+outputs_note

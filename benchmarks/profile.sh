@@ -31,22 +31,8 @@ shift $((OPTIND - 1))
 [ $# -ge 1 ] || { sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 what=$1; shift
 settings="$*"
-admin=${ADMIN_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable}
-repo=$(git rev-parse --show-toplevel)
-cd "$repo"
-here=benchmarks
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/profile.XXXXXX")
-. "$here/lib.sh"
-db="shortener_profile_$(od -An -N4 -tx4 /dev/urandom | tr -d ' ')"
-pid='' redis_port=''
-cleanup() {
-	[ -z "$pid" ] || { kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; }
-	[ -z "$redis_port" ] || redis-cli -p "$redis_port" shutdown nosave >/dev/null 2>&1 || true
-	psql "$admin" -qc "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null 2>&1 || true
-	rm -rf "$tmp"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+. "$(dirname "$0")/lib.sh"
+sitting profile go git psql redis-server redis-cli curl hey
 
 if [ -n "$rev" ]; then
 	commit=$(git rev-parse --short=12 "$rev")

@@ -30,7 +30,10 @@
 #
 #   -q        quick: 1 round of 1s runs at concurrency 10, 10,000 rows, 200/s
 #   -o DIR    where the outputs go, named 10-*.txt (default: a temporary directory)
-#   -p PARTS  which parts, comma-separated (default creates,kill,scale,replica)
+#   -p PARTS  which parts, comma-separated (default creates,kill,scale,replica;
+#             by default, replica is skipped, with a message, when the
+#             primary's pg_hba.conf allows no replication connections:
+#             deploy/replica.sh up says how to allow them)
 #   -n, -d    creates: rounds, and each hey run's duration (default 6, 5s;
 #             warm-up 1s); concurrency 50
 #   -R RATE   creates per second in the kill experiment (default 2000)
@@ -40,48 +43,36 @@
 # psql, redis-server, redis-cli, curl, hey and vegeta.
 set -eu
 
-conc=50 rows=500000 rate=2000 out='' parts='creates kill scale replica'
+conc=50 rows=500000 rate=2000 out='' parts='creates kill scale replica' asked=''
 rounds=6 rdur=5s kdur=8 kat=4 big=10000000 sdur=20s srate=1000 rdur2=20 pairs=1000
 while getopts qo:p:n:d:R: opt; do
 	case $opt in
 	q) rounds=1 rdur=1s conc=10 rows=10000 rate=200 kdur=4 kat=2 big=100000 sdur=2s srate=200 rdur2=3 pairs=20 ;;
 	o) out=$OPTARG ;; n) rounds=$OPTARG ;; d) rdur=$OPTARG ;; R) rate=$OPTARG ;;
-	p) parts=$(echo "$OPTARG" | tr ',' ' ') ;;
-	*) sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
+	p) parts=$(echo "$OPTARG" | tr ',' ' ') asked=1 ;;
+	*) sed -n '2,43p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
 	esac
 done
-admin=${ADMIN_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable}
-repo=$(git rev-parse --show-toplevel)
-cd "$repo" # the commands below, and those recorded in the outputs, name paths from here
-here=benchmarks
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/writes.XXXXXX")
-keep=$out
-[ -n "$out" ] || out="$tmp/out"
-mkdir -p "$out"
-want() { case " $parts " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
-for tool in go psql redis-server redis-cli curl hey vegeta; do
-	command -v "$tool" >/dev/null || { echo "writes.sh: $tool not found (see benchmarks/README.md)" >&2; exit 1; }
-done
-. "$here/lib.sh"
+. "$(dirname "$0")/lib.sh"
+sitting writes go psql redis-server redis-cli curl hey vegeta
+outputs_dir
+dbs="${db}_big"
+stop_signal=KILL # a cut-short run's apps need no drain
 
-db="shortener_writes_$(od -An -N4 -tx4 /dev/urandom | tr -d ' ')"
-pids='' redis_port='' replica=''
-cleanup() {
-	for p in $pids; do kill -9 "$p" 2>/dev/null || true; done
-	[ -z "$replica" ] || deploy/replica.sh down >/dev/null 2>&1 || true
-	psql "$admin" -qc "DROP DATABASE IF EXISTS ${db}_big WITH (FORCE)" >/dev/null 2>&1 || true
-	[ -z "$redis_port" ] || redis-cli -p "$redis_port" shutdown nosave >/dev/null 2>&1 || true
-	psql "$admin" -qc "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null 2>&1 || true
-	rm -rf "$tmp"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+# The replica needs the primary to allow replication connections, which a
+# stock pg_hba.conf does not: asked for by -p, that is an error (from
+# deploy/replica.sh up, with the line to add); by default, the part is
+# skipped, said now and again in the summary.
+skipped=''
+if want replica && [ -z "$asked" ] &&
+	[ "$(psql "$admin" -XAtqc "select count(*) from pg_hba_file_rules where 'replication' = any(database) and error is null")" = 0 ]; then
+	skipped="replica skipped: the primary's pg_hba.conf ($(psql "$admin" -XAtqc 'show hba_file')) allows no replication connections; deploy/replica.sh up says which line to add"
+	echo "writes.sh: $skipped" >&2
+	parts=$(echo " $parts " | sed 's/ replica / /')
+fi
 
 go build -o "$tmp/shortener" .
-seeded_db "$admin" "$rows"
-export DATABASE_URL="$dburl"
-start_redis "$tmp"
-export REDIS_URL="redis://127.0.0.1:$redis_port/0"
+backends "$rows"
 codeid=$(sh "$here/codeid.sh")
 dirty=$(git diff --quiet HEAD -- . ':!benchmarks/10-*' || echo ' (dirty tree)')
 stamp() { echo "# made by:   benchmarks/writes.sh ($1); code id $codeid, commit $(git rev-parse --short=12 HEAD)$dirty, date $(date -u '+%Y-%m-%dT%H:%M:%SZ')"; }
@@ -338,8 +329,10 @@ if want replica; then
 fi
 
 for f in "$out"/10-*.txt; do
+	[ -f "$f" ] || continue # no outputs: the glob matched nothing
 	case $f in
-	*10-creates.txt) head="$(grep -h '^#   batch ' "$f" | sed 's/^# *//')" ;;
+	*10-creates.txt) head="medians over the rounds (the ratios docs/10 quotes):
+$(sed -n '/^# medians over the rounds:/,/^#   \/healthz/p' "$f" | sed '1d; s/^# /    /')" ;;
 	*10-replica.txt) head="$(grep -h 'not on the replica yet\|other than 302\|over .* samples' "$f" | sed 's/^# *//' | paste -sd ' ' -)" ;;
 	*10-scale-sizes.txt) head="$(grep -h '^# seeding' "$f" | sed 's/^# *//')" ;;
 	*10-scale-*) head="$(grep -hE '^#   Latencies' "$f" | sed 's/^# *//' | tr -s ' ')" ;;
@@ -347,4 +340,5 @@ for f in "$out"/10-*.txt; do
 	esac
 	printf '%-20s %s\n' "$(basename "$f" .txt)" "$head"
 done
-if [ "$keep" ]; then echo "Outputs in $out" | sed "s|$repo/||"; else echo "Outputs not kept (give -o DIR to keep them)"; fi
+[ -z "$skipped" ] || echo "$skipped"
+outputs_note

@@ -3,6 +3,7 @@
 #
 #   deploy/replicas.sh up N      build once, start N instances on 127.0.0.1:8081..,
 #                                wait for each /healthz, then nginx on 127.0.0.1:8080
+#                                (and [::1]:8080 where the machine has IPv6)
 #   deploy/replicas.sh status    what runs, and whether each instance answers
 #   deploy/replicas.sh restart   rolling restart: one instance at a time
 #   deploy/replicas.sh kill I    kill -9 instance I (to watch nginx route around it)
@@ -23,6 +24,10 @@
 # 127.0.0.1:base+i-1; METRICS_ADDR=off turns metrics off), PROMETHEUS_PORT
 # (9090), REPLICAS_DIR (.replicas under the repository: binary, pid files,
 # logs, nginx's config and logs), NGINX_ACCESS_LOG=1 (access log on),
+# NGINX_LIMIT_CONN (100: requests in progress per client address; a load
+# generator is one address for many clients, so benchmarks raise it),
+# NGINX_IPV6 (0 or 1: nginx also listens on [::1]:$NGINX_PORT; by default
+# when the machine has ::1),
 # DB_RESERVE_CONNS (20: Postgres connections left for everything else).
 # Later commands read the ports from REPLICAS_DIR; pass the same REPLICAS_DIR.
 set -euo pipefail
@@ -47,7 +52,10 @@ max_fails=3
 fail_timeout=3
 
 health_wait=${HEALTH_WAIT:-15} # seconds for an instance's /healthz to answer
-stop_wait=${STOP_WAIT:-15}     # seconds for SIGTERM; the app drains for up to 10 s
+# Seconds between SIGTERM and SIGKILL. Longer than the app's whole shutdown
+# (shutdownTimeout in main.go, 15 s), so that a slow stop ends on the app's
+# own deadline, with its clicks drained or counted lost, not on a SIGKILL.
+stop_wait=${STOP_WAIT:-20}
 
 say() { printf '%s\n' "$*"; }
 warn() { printf 'replicas: %s\n' "$*" >&2; }
@@ -127,22 +135,53 @@ ngx() {
 	"$nginx_bin" -p "$ngx_dir/" -c "$ngx_dir/nginx.conf" -e "$ngx_dir/error.log" "$@"
 }
 
-# write_nginx_conf N PORT BASE: deploy/nginx.conf as is, and the three small
+# write_nginx_conf N PORT BASE: deploy/nginx.conf as is, and the four small
 # files it includes.
 write_nginx_conf() {
 	local n=$1 port=$2 base=$3 i
 	mkdir -p "$ngx_dir/temp"
 	cp deploy/nginx.conf "$ngx_dir/nginx.conf"
-	printf 'listen 127.0.0.1:%s;\n' "$port" >"$ngx_dir/listen.conf"
+	{
+		printf 'listen 127.0.0.1:%s;\n' "$port"
+		if ipv6_loopback; then
+			printf 'listen [::1]:%s;\n' "$port"
+		fi
+	} >"$ngx_dir/listen.conf"
 	: >"$ngx_dir/upstreams.conf"
 	for i in $(seq 1 "$n"); do
 		printf 'server 127.0.0.1:%s max_fails=%s fail_timeout=%ss;\n' \
 			$((base + i - 1)) "$max_fails" "$fail_timeout" >>"$ngx_dir/upstreams.conf"
 	done
+	whole_number NGINX_LIMIT_CONN "${NGINX_LIMIT_CONN:-100}"
+	printf 'limit_conn per_client %s;\n' "${NGINX_LIMIT_CONN:-100}" >"$ngx_dir/limit_conn.conf"
 	if [ "${NGINX_ACCESS_LOG:-}" = 1 ]; then
 		say 'access_log access.log upstream buffer=64k flush=1s;' >"$ngx_dir/logging.conf"
 	else
 		say 'access_log off;' >"$ngx_dir/logging.conf"
+	fi
+}
+
+# ipv6_loopback: true if ::1 is configured, so that nginx can listen on it
+# beside 127.0.0.1 (a container may have IPv6 off; nginx would then fail to
+# bind). NGINX_IPV6=0 or 1 decides instead.
+ipv6_loopback() {
+	case ${NGINX_IPV6:-} in
+	0) return 1 ;;
+	1) return 0 ;;
+	esac
+	if [ -r /proc/net/if_inet6 ]; then
+		grep -q '^00000000000000000000000000000001 ' /proc/net/if_inet6
+	else
+		ifconfig lo0 2>/dev/null | grep -q 'inet6 ::1 '
+	fi
+}
+
+# nginx_where PORT: the addresses listen.conf names, for the messages.
+nginx_where() {
+	if grep -q '::1' "$ngx_dir/listen.conf" 2>/dev/null; then
+		printf '127.0.0.1:%s and [::1]:%s' "$1" "$1"
+	else
+		printf '127.0.0.1:%s' "$1"
 	fi
 }
 
@@ -154,13 +193,14 @@ nginx_pid() {
 	fi
 }
 
-# port_free PORT LABEL: true if nothing listens on 127.0.0.1:PORT. curl
-# exits 7 when it cannot connect; anything else means the port is taken.
+# port_free PORT LABEL [HOST]: true if nothing listens on HOST:PORT
+# (127.0.0.1 by default; [::1] for IPv6). curl exits 7 when it cannot
+# connect; anything else means the port is taken.
 port_free() {
-	local rc=0
-	curl -s -o /dev/null --max-time 1 "http://127.0.0.1:$1/" || rc=$?
+	local rc=0 host=${3:-127.0.0.1}
+	curl -g -s -o /dev/null --max-time 1 "http://$host:$1/" || rc=$?
 	[ "$rc" = 7 ] && return 0
-	warn "$2: something already listens on 127.0.0.1:$1:"
+	warn "$2: something already listens on $host:$1:"
 	ss -ltnp 2>/dev/null | grep ":$1 " >&2 || true
 	return 1
 }
@@ -414,6 +454,9 @@ cmd_up() {
 	fi
 	rm -f "$abs_state"/app-*.pid "$ngx_dir/nginx.pid"
 	port_free "$port" nginx || die "choose another NGINX_PORT"
+	if ipv6_loopback; then
+		port_free "$port" nginx '[::1]' || die "choose another NGINX_PORT, or set NGINX_IPV6=0"
+	fi
 	if [ "${PROMETHEUS:-}" = 1 ]; then
 		port_free "$pport" prometheus || die "choose another PROMETHEUS_PORT"
 	fi
@@ -466,7 +509,7 @@ cmd_up() {
 		sleep 0.1
 	done
 	trap - INT TERM
-	say "nginx: pid $(nginx_pid) on 127.0.0.1:$port in front of $n instances, config $(show "$ngx_dir")/nginx.conf, error log $(show "$ngx_dir")/error.log"
+	say "nginx: pid $(nginx_pid) on $(nginx_where "$port") in front of $n instances, config $(show "$ngx_dir")/nginx.conf, error log $(show "$ngx_dir")/error.log"
 	say "env:  BASE_URL=$BASE_URL TRUSTED_PROXIES=$TRUSTED_PROXIES${DATABASE_URL:+ DB_MAX_OPEN_CONNS=$DB_MAX_OPEN_CONNS DB_MAX_IDLE_CONNS=$DB_MAX_IDLE_CONNS}"
 	say "try:  curl -i -X POST http://127.0.0.1:$port/shorten -d '{\"url\":\"https://go.dev\"}'"
 	if [ -n "${REPLICAS_DIR:-}" ]; then
@@ -514,7 +557,7 @@ cmd_status() {
 	done
 	pid=$(nginx_pid)
 	if [ -n "$pid" ]; then
-		say "nginx: pid $pid on 127.0.0.1:$nginx_port, error log $(show "$ngx_dir")/error.log"
+		say "nginx: pid $pid on $(nginx_where "$nginx_port"), error log $(show "$ngx_dir")/error.log"
 	else
 		say "nginx: not running (127.0.0.1:$nginx_port)"
 		ok=1

@@ -1,0 +1,171 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// guardedRedis is a Redis client with the deadline every call on a
+// request's path gets, and the breaker that skips Redis while it fails.
+// The cache and the create rate limit share one.
+type guardedRedis struct {
+	*redis.Client
+	timeout time.Duration
+	breaker *breaker
+}
+
+// openRedis makes a client for opts whose every call gives up after
+// timeout. opts is copied, not changed: the caller's options stay as they
+// were. An unreachable Redis is not an error here: the cache is an
+// optimisation, and the rate limit has a fallback, so the service starts
+// without it, warns, and uses it as soon as it answers.
+func openRedis(ctx context.Context, opts *redis.Options, timeout time.Duration, log *slog.Logger) *guardedRedis {
+	silenceRedisLog.Do(func() { redis.SetLogger(discardRedisLog{}) })
+	o := *opts
+	o.ContextTimeoutEnabled = true // let each call's deadline bound its socket reads too
+	// Each wait has its own bound as well, in case a call comes without a
+	// deadline: connecting, reading a reply, writing a command, and
+	// waiting for a free connection when all PoolSize are busy (go-redis
+	// would otherwise derive that one from ReadTimeout plus a second).
+	o.DialTimeout = timeout
+	o.ReadTimeout = timeout
+	o.WriteTimeout = timeout
+	o.PoolTimeout = timeout
+	// go-redis dials up to five times, 100 ms apart, before it gives up on a
+	// connection. When Redis is down, that spends a request's whole cache
+	// budget on retries that will fail the same way.
+	o.DialerRetries = 1
+	// Nor is a failed command worth retrying: a cache miss already has a
+	// fallback, the store, and go-redis's retries (three by default, with
+	// a backoff) would only make the fallback later. -1 means none; 0 would
+	// mean the default. With no retries, no call can take longer than
+	// its deadline.
+	o.MaxRetries = -1
+	rdb := &guardedRedis{
+		Client:  redis.NewClient(&o),
+		timeout: timeout,
+		breaker: newBreaker(breakerFailures, breakerCooldown, log),
+	}
+	pctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	if err := rdb.Ping(pctx).Err(); err != nil {
+		log.Warn("redis does not answer; starting without it until it does",
+			"addr", o.Addr, "err", err)
+	}
+	return rdb
+}
+
+// redisAnswered reports whether err, from a call to Redis, is an answer:
+// nil, a miss (redis.Nil), or an error reply (redis.Error: WRONGTYPE on a
+// key of another type, an error raised by a script, READONLY, ...). Redis
+// was there and quick; such an error is bad data or a bug, to be logged,
+// not an outage, and it does not count towards the breaker. Everything
+// else (a refused or dropped connection, a timeout, a full pool) means
+// Redis could not be reached in time, which the breaker is for.
+func redisAnswered(err error) bool {
+	var reply redis.Error
+	return err == nil || errors.As(err, &reply)
+}
+
+// The breaker opens after breakerFailures Redis calls in a row have
+// failed, and then lets one call through every breakerCooldown to see
+// whether Redis is back.
+const (
+	breakerFailures = 3
+	breakerCooldown = time.Second
+)
+
+// breaker is a circuit breaker. Closed, every call goes to Redis. After
+// threshold failures in a row it opens: for cooldown no call goes to Redis
+// at all, so a stalled Redis costs requests nothing instead of a timeout
+// each. Then one call is let through (half-open); if it succeeds the
+// breaker closes, if it fails it stays open another cooldown.
+//
+// Only failures to reach Redis count (see redisAnswered): an error reply is
+// an answer, and a key of the wrong type must not switch off the cache
+// and the shared rate limit for everyone.
+type breaker struct {
+	threshold int32
+	cooldown  time.Duration
+	log       *slog.Logger
+	opens     *sampledLog
+	// now is the breaker's clock, in nanoseconds. It is monotonicNow,
+	// Go's monotonic clock, so that a change to the wall clock (NTP
+	// stepping it back, say) cannot keep the breaker open, or close it
+	// early; tests set a clock they move by hand.
+	now func() int64
+
+	failures  atomic.Int32
+	openUntil atomic.Int64 // 0 = closed
+	openedAt  atomic.Int64 // when it last opened
+}
+
+func newBreaker(threshold int32, cooldown time.Duration, log *slog.Logger) *breaker {
+	return &breaker{threshold: threshold, cooldown: cooldown, log: log,
+		opens: &sampledLog{log: log, every: 10 * time.Second}, now: monotonicNow}
+}
+
+// processStart anchors the breaker's clock.
+var processStart = time.Now()
+
+// monotonicNow is nanoseconds since the process started.
+func monotonicNow() int64 { return int64(time.Since(processStart)) }
+
+// allow reports whether a call may go to Redis now, and when it was
+// allowed, which the caller hands back to done.
+func (b *breaker) allow() (ok bool, at int64) {
+	now := b.now()
+	until := b.openUntil.Load()
+	if until == 0 {
+		return true, now
+	}
+	if now < until {
+		return false, now
+	}
+	// Half-open: the one caller that moves the deadline on probes Redis;
+	// the others skip it for another cooldown.
+	return b.openUntil.CompareAndSwap(until, now+b.cooldown.Nanoseconds()), now
+}
+
+// done records how a call that allow let through at went: err is what the
+// call returned. An answer (nil, a miss, an error reply: see
+// redisAnswered) is a success; anything else is a failure. A success of a
+// call that began before the breaker last opened says nothing of Redis
+// now, and does not close it.
+func (b *breaker) done(at int64, err error) {
+	if redisAnswered(err) {
+		// Loads first: on the hot path nothing is written, so the cores
+		// do not fight over the cache line.
+		if b.failures.Load() != 0 {
+			b.failures.Store(0)
+		}
+		if until := b.openUntil.Load(); until != 0 && at >= b.openedAt.Load() &&
+			b.openUntil.CompareAndSwap(until, 0) {
+			b.log.Info("redis answers again; breaker closed")
+		}
+		return
+	}
+	if b.failures.Add(1) >= b.threshold {
+		b.failures.Store(0)
+		now := b.now()
+		b.openedAt.Store(now)
+		b.openUntil.Store(now + b.cooldown.Nanoseconds())
+		b.opens.warn(context.Background(), fmt.Sprintf("redis failing; breaker open, skipping redis for %v at a time", b.cooldown), err)
+	}
+}
+
+// go-redis logs each failed dial itself, through a logger global to the
+// package: one line per request while Redis is down. The cache logs those
+// failures itself (sampled), so go-redis's lines are dropped.
+var silenceRedisLog sync.Once
+
+type discardRedisLog struct{}
+
+func (discardRedisLog) Printf(context.Context, string, ...any) {}

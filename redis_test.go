@@ -1,0 +1,373 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// testRedis returns options for the Redis that TEST_REDIS_URL names and a key
+// prefix of the calling test's own; keys under it are deleted when the test
+// ends. Unset, the test is skipped, unless CI is set. Set but unreachable,
+// the test fails.
+func testRedis(t *testing.T) (*redis.Options, string) {
+	t.Helper()
+	raw := os.Getenv("TEST_REDIS_URL")
+	if raw == "" {
+		if os.Getenv("CI") != "" {
+			t.Fatal("TEST_REDIS_URL is not set, and CI must run every test against Redis")
+		}
+		t.Skip("TEST_REDIS_URL is not set; skipping a test that needs Redis (e.g. TEST_REDIS_URL=redis://127.0.0.1:6379/0)")
+	}
+	opts, err := redis.ParseURL(raw)
+	if err != nil {
+		t.Fatalf("TEST_REDIS_URL: %v", err)
+	}
+	rdb := redis.NewClient(opts)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		t.Fatalf("TEST_REDIS_URL is set but Redis does not answer: %v", err)
+	}
+	prefix := "test:" + rand.Text()[:12] + ":"
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		iter := rdb.Scan(ctx, 0, prefix+"*", 1000).Iterator()
+		for iter.Next(ctx) {
+			if err := rdb.Del(ctx, iter.Val()).Err(); err != nil {
+				t.Errorf("clean up redis key %s: %v", iter.Val(), err)
+			}
+		}
+		if err := iter.Err(); err != nil {
+			t.Errorf("clean up redis keys %s*: %v", prefix, err)
+		}
+		if err := rdb.Close(); err != nil {
+			t.Errorf("close redis: %v", err)
+		}
+	})
+	return opts, prefix
+}
+
+// tcpProxy forwards TCP connections to a real server until cut, which
+// closes the listener and every connection: the server is "gone" as far as
+// the client can tell, while the real one goes on serving other tests.
+// stall makes it a server that is there and does not answer: connections
+// are accepted and bytes taken, and nothing comes back, as from a process
+// frozen with SIGSTOP.
+type tcpProxy struct {
+	ln      net.Listener
+	target  string
+	stalled atomic.Bool
+	closed  atomic.Bool
+	mu      sync.Mutex
+	conns   []net.Conn
+}
+
+func startProxy(t *testing.T, target string) *tcpProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &tcpProxy{ln: ln, target: target}
+	go p.serve()
+	t.Cleanup(p.cut)
+	return p
+}
+
+func (p *tcpProxy) addr() string { return p.ln.Addr().String() }
+
+func (p *tcpProxy) serve() {
+	for {
+		in, err := p.ln.Accept()
+		if err != nil {
+			return // cut
+		}
+		p.mu.Lock()
+		p.conns = append(p.conns, in)
+		p.mu.Unlock()
+		if p.stalled.Load() {
+			continue // held open, never answered
+		}
+		out, err := net.Dial("tcp", p.target)
+		if err != nil {
+			in.Close() //nolint:errcheck // the client sees the closed connection, which is the point
+			continue
+		}
+		p.mu.Lock()
+		p.conns = append(p.conns, out)
+		p.mu.Unlock()
+		go p.pump(in, out)
+		go p.pump(out, in)
+	}
+}
+
+// pump copies src to dst until either side fails, then closes both; while
+// the proxy is stalled it holds what it read. An error here is a
+// connection ending, which is what the proxy exists to do.
+func (p *tcpProxy) pump(dst, src net.Conn) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		for p.stalled.Load() && !p.closed.Load() {
+			time.Sleep(5 * time.Millisecond)
+		}
+		if n > 0 && !p.closed.Load() {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				err = werr
+			}
+		}
+		if err != nil || p.closed.Load() {
+			dst.Close() //nolint:errcheck // see above
+			src.Close() //nolint:errcheck // see above
+			return
+		}
+	}
+}
+
+func (p *tcpProxy) stall() { p.stalled.Store(true) }
+
+// drop closes every connection open now, as a network failure would; new
+// connections are still accepted.
+func (p *tcpProxy) drop() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.conns {
+		c.Close() //nolint:errcheck // a connection closed twice is expected here
+	}
+	p.conns = nil
+}
+
+func (p *tcpProxy) cut() {
+	p.closed.Store(true)
+	p.ln.Close() //nolint:errcheck // closing twice (cut, then cleanup) is expected
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.conns {
+		c.Close() //nolint:errcheck // as above
+	}
+	p.conns = nil
+}
+
+// startBlackHole listens on a port and accepts connections but never reads
+// or writes: a server that is there and does not answer.
+func startBlackHole(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var conns []net.Conn
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return // closed at cleanup
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close() //nolint:errcheck // the test is over; closing is all that is left
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close() //nolint:errcheck // as above
+		}
+	})
+	return ln.Addr().String()
+}
+
+// testRedisTimeout is the Redis timeout of tests that are not about
+// timeouts: generous, so that a loaded machine does not turn a slow
+// answer into a failure the test did not ask for.
+const testRedisTimeout = 5 * time.Second
+
+// openTestRedis opens a guardedRedis on opts, closed when the test ends.
+func openTestRedis(t *testing.T, opts *redis.Options, timeout time.Duration, log *slog.Logger) *guardedRedis {
+	t.Helper()
+	rdb := openRedis(context.Background(), opts, timeout, log)
+	t.Cleanup(func() {
+		if err := rdb.Close(); err != nil {
+			t.Errorf("close redis: %v", err)
+		}
+	})
+	return rdb
+}
+
+// testClock is a clock that moves only when the test moves it, for the
+// breaker, the local rate limit and the local cache.
+type testClock struct{ ns atomic.Int64 }
+
+func newTestClock() *testClock {
+	c := &testClock{}
+	c.ns.Store(int64(time.Hour)) // any start will do; not 0, to catch a clock mistaken for "unset"
+	return c
+}
+
+func (c *testClock) now() int64                { return c.ns.Load() }
+func (c *testClock) time() time.Time           { return time.Unix(0, c.ns.Load()) }
+func (c *testClock) add(d time.Duration)       { c.ns.Add(int64(d)) }
+func (c *testClock) set(b *breaker) *testClock { b.now = c.now; return c }
+
+// breakerClosed fails the test unless b is closed with no failure counted.
+func breakerClosed(t *testing.T, b *breaker) {
+	t.Helper()
+	if n, until := b.failures.Load(), b.openUntil.Load(); n != 0 || until != 0 {
+		t.Errorf("breaker: %d failures counted, open until %d; want closed with none", n, until)
+	}
+}
+
+// TestBreaker walks the breaker through its states with errors made up,
+// on a clock the test moves.
+func TestBreaker(t *testing.T) {
+	const cooldown = time.Second
+	b := newBreaker(3, cooldown, discardLog)
+	clock := newTestClock().set(b)
+	fail := errors.New("i/o timeout")
+	allow := func() bool { ok, _ := b.allow(); return ok }
+	call := func(err error) {
+		t.Helper()
+		ok, at := b.allow()
+		if !ok {
+			t.Fatal("closed breaker refused a call")
+		}
+		b.done(at, err)
+	}
+	call(fail)
+	call(fail)
+	call(nil) // a success in between: the count starts again
+	call(fail)
+	call(fail)
+	if !allow() {
+		t.Fatal("breaker opened after two failures in a row, want three")
+	}
+	_, early := b.allow() // a call that began before the breaker opened
+	clock.add(time.Millisecond)
+	call(fail)
+	if allow() {
+		t.Fatal("breaker still closed after three failures in a row")
+	}
+	b.done(early, nil) // its success is old news
+	if allow() {
+		t.Fatal("a success of a call from before the breaker opened closed it")
+	}
+	clock.add(cooldown - 1)
+	if allow() {
+		t.Fatal("a call let through before the cooldown was over")
+	}
+	clock.add(1)
+	ok, probe := b.allow()
+	if !ok {
+		t.Fatal("after the cooldown, no call was let through to probe")
+	}
+	if allow() {
+		t.Fatal("after the cooldown, a second call was let through while the first probes")
+	}
+	b.done(probe, fail) // the probe failed: open again
+	if allow() {
+		t.Fatal("breaker closed after a failed probe")
+	}
+	clock.add(cooldown)
+	ok, probe = b.allow()
+	if !ok {
+		t.Fatal("no probe after the second cooldown")
+	}
+	b.done(probe, nil)
+	for i := range 3 {
+		if !allow() {
+			t.Fatalf("after a good probe, call %d refused; want the breaker closed", i)
+		}
+	}
+}
+
+// TestBreakerIgnoresAnswers: Redis's own error replies, taken from a real
+// Redis, and its "nil" for a missing key, are answers, not failures; what
+// a dead or slow Redis gives is a failure.
+func TestBreakerIgnoresAnswers(t *testing.T) {
+	opts, prefix := testRedis(t)
+	rdb := redis.NewClient(opts)
+	t.Cleanup(func() {
+		if err := rdb.Close(); err != nil {
+			t.Errorf("close redis: %v", err)
+		}
+	})
+	ctx := context.Background()
+	if err := rdb.HSet(ctx, prefix+"hash", "f", "v").Err(); err != nil {
+		t.Fatal(err)
+	}
+	answers := []struct {
+		name string
+		err  error
+	}{
+		{"a missing key", rdb.Get(ctx, prefix+"absent").Err()},
+		{"WRONGTYPE", rdb.Get(ctx, prefix+"hash").Err()},
+		{"NOSCRIPT", rdb.EvalSha(ctx, strings.Repeat("0", 40), nil).Err()},
+		{"an error raised by a script", rdb.Eval(ctx, "return redis.error_reply('ERR broken on purpose')", nil).Err()},
+		{"a script that fails", rdb.Eval(ctx, "return nosuch.field", nil).Err()},
+	}
+	for _, a := range answers {
+		if a.err == nil {
+			t.Fatalf("%s: Redis gave no error", a.name)
+		}
+		if !redisAnswered(a.err) {
+			t.Errorf("%s (%v): not taken for an answer", a.name, a.err)
+		}
+		b := newBreaker(3, time.Second, discardLog)
+		newTestClock().set(b)
+		for range 5 {
+			_, at := b.allow()
+			b.done(at, a.err)
+		}
+		breakerClosed(t, b)
+	}
+	for _, err := range []error{
+		context.DeadlineExceeded, io.EOF, redis.ErrPoolTimeout, redis.ErrClosed,
+		&net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connection refused")},
+	} {
+		if redisAnswered(err) {
+			t.Errorf("redisAnswered(%v) = true, want a failure", err)
+		}
+	}
+}
+
+// TestOpenRedisCopiesOptions: openRedis sets its timeouts and retries on a
+// copy; the caller's options are left as they were.
+func TestOpenRedisCopiesOptions(t *testing.T) {
+	opts, _ := testRedis(t)
+	before := *opts
+	const timeout = 123 * time.Millisecond
+	rdb := openTestRedis(t, opts, timeout, discardLog)
+	type settings struct {
+		ctxTimeout                bool
+		dial, read, write, pool   time.Duration
+		dialerRetries, maxRetries int
+	}
+	of := func(o *redis.Options) settings {
+		return settings{o.ContextTimeoutEnabled, o.DialTimeout, o.ReadTimeout, o.WriteTimeout, o.PoolTimeout, o.DialerRetries, o.MaxRetries}
+	}
+	if got, want := of(opts), of(&before); got != want {
+		t.Errorf("caller's options after openRedis: %+v, want them unchanged: %+v", got, want)
+	}
+	// The client itself has them: no retries (the -1 asked for is 0 once
+	// go-redis has read it; a 0 asked for would have become 3), every wait
+	// bounded.
+	if got, want := of(rdb.Options()), (settings{true, timeout, timeout, timeout, timeout, 1, 0}); got != want {
+		t.Errorf("client's options: %+v, want %+v", got, want)
+	}
+}
