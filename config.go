@@ -57,8 +57,13 @@ func checkRedisPool(o *redis.Options) error {
 
 // config is everything the program reads from its environment.
 type config struct {
-	addr    string // ADDR: where to listen, default ":8080"
-	baseURL string // BASE_URL: prefix of short_url; empty means "from the request"
+	addr string // ADDR: where to listen, default ":8080"
+	// tlsCert and tlsKey are TLS_CERT_FILE and TLS_KEY_FILE: PEM files of
+	// a certificate (with its chain) and its key. Set, ADDR speaks HTTPS
+	// (HTTP/2 and HTTP/1.1) itself, for a deployment with no proxy in
+	// front; empty, plain HTTP, as behind nginx, which ends TLS.
+	tlsCert, tlsKey string
+	baseURL         string // BASE_URL: prefix of short_url; empty means "from the request"
 	// baseHost is BASE_URL's host name in the form normalizeURL produces,
 	// used to refuse links that point back at the shortener.
 	baseHost string
@@ -267,6 +272,11 @@ func loadConfig(getenv func(string) string) (config, error) {
 	cfg := defaultConfig()
 	env := envReader{getenv: getenv}
 	cfg.addr = env.str("ADDR", cfg.addr)
+	cfg.tlsCert = env.str("TLS_CERT_FILE", "")
+	cfg.tlsKey = env.str("TLS_KEY_FILE", "")
+	if (cfg.tlsCert == "") != (cfg.tlsKey == "") {
+		env.fail("TLS_CERT_FILE", cfg.tlsCert, "set TLS_CERT_FILE and TLS_KEY_FILE together, or neither")
+	}
 	cfg.metricsAddr = env.str("METRICS_ADDR", cfg.metricsAddr)
 	metricsPublic := env.bool("METRICS_PUBLIC", false)
 	// (Port 0 is the kernel's pick, a different port each time.)

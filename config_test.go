@@ -111,6 +111,9 @@ func TestLoadConfig(t *testing.T) {
 		{"idle conns max off", map[string]string{"IDLE_CONNS_MAX": "0"}, func() config { c := defaultConfig(); c.idleConnsMax = 0; return c }(), false},
 		{"idle conns max negative", map[string]string{"IDLE_CONNS_MAX": "-1"}, config{}, true},
 		{"idle conns max huge", map[string]string{"IDLE_CONNS_MAX": "1000001"}, config{}, true},
+		{"tls", map[string]string{"TLS_CERT_FILE": "c.pem", "TLS_KEY_FILE": "k.pem"}, func() config { c := defaultConfig(); c.tlsCert, c.tlsKey = "c.pem", "k.pem"; return c }(), false},
+		{"tls cert without key", map[string]string{"TLS_CERT_FILE": "c.pem"}, config{}, true},
+		{"tls key without cert", map[string]string{"TLS_KEY_FILE": "k.pem"}, config{}, true},
 		{"clicks sync rows", map[string]string{"CLICKS": "sync", "CLICK_STORAGE": "rows", "DATABASE_URL": "postgres://x",
 			"CLICK_QUEUE_SIZE": "5", "CLICK_BATCH": "2", "CLICK_FLUSH": "250ms"}, func() config {
 			c := defaultConfig()

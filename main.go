@@ -6,6 +6,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -145,6 +146,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		}
 	}()
 
+	// The certificate is read before listening, so that a missing or bad
+	// file stops the start instead of failing each handshake later.
+	var tlsConfig *tls.Config
+	if cfg.tlsCert != "" {
+		if tlsConfig, err = newTLSConfig(cfg.tlsCert, cfg.tlsKey); err != nil {
+			return err
+		}
+	}
 	// Listen before serving: a port that is taken fails here, at once, and
 	// ADDR=127.0.0.1:0 lets the kernel pick a free port (the tests use that).
 	ln, err := net.Listen("tcp", cfg.addr)
@@ -152,6 +161,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return fmt.Errorf("listen on %s: %w", cfg.addr, err)
 	}
 	srv := newServer(store, clicks, limiter, m, cfg, log)
+	srv.TLSConfig = tlsConfig
 
 	if m != nil {
 		msrv := newMetricsServer(m, log)
@@ -170,8 +180,18 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 
 	serveErr := make(chan error, 1)
-	go func() { serveErr <- srv.Serve(ln) }()
-	log.Info("listening", "addr", ln.Addr().String(), "access_log", cfg.accessLog)
+	go func() {
+		// tlsConfig, not srv.TLSConfig: Serve writes that field (to add
+		// HTTP/2) while the log line below reads.
+		if tlsConfig != nil {
+			// The certificate is in TLSConfig already, hence no file
+			// names. ServeTLS offers HTTP/2 and HTTP/1.1 by ALPN.
+			serveErr <- srv.ServeTLS(ln, "", "")
+			return
+		}
+		serveErr <- srv.Serve(ln)
+	}()
+	log.Info("listening", "addr", ln.Addr().String(), "tls", tlsConfig != nil, "access_log", cfg.accessLog)
 
 	select {
 	case err := <-serveErr:

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -344,13 +345,13 @@ type edge struct {
 }
 
 // startNginx renders deploy/nginx.conf with deploy/replicas.sh check (one
-// instance, on upstreamPort) in a temporary directory, starts nginx in the
+// instance, on upstreamPort; env adds settings) in a temporary directory, starts nginx in the
 // foreground on it, and waits until it answers. A port someone else took
 // between our choosing it and nginx binding it is retried.
-func startNginx(t *testing.T, nginxBin, upstreamPort string) *edge {
+func startNginx(t *testing.T, nginxBin, upstreamPort string, env ...string) *edge {
 	t.Helper()
 	for attempt := 1; ; attempt++ {
-		e, err := tryStartNginx(t, nginxBin, upstreamPort)
+		e, err := tryStartNginx(t, nginxBin, upstreamPort, env...)
 		if err == nil {
 			return e
 		}
@@ -363,7 +364,7 @@ func startNginx(t *testing.T, nginxBin, upstreamPort string) *edge {
 
 var errPortTaken = errors.New("nginx: port taken")
 
-func tryStartNginx(t *testing.T, nginxBin, upstreamPort string) (*edge, error) {
+func tryStartNginx(t *testing.T, nginxBin, upstreamPort string, env ...string) (*edge, error) {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -382,6 +383,7 @@ func tryStartNginx(t *testing.T, nginxBin, upstreamPort string) (*edge, error) {
 	check := exec.Command("bash", "deploy/replicas.sh", "check", "1")
 	check.Env = append(os.Environ(), "REPLICAS_DIR="+state, "NGINX_PORT="+port,
 		"APP_PORT_BASE="+upstreamPort, "NGINX_ACCESS_LOG=", "NGINX_IPV6=", "PATH="+filepath.Dir(nginxBin)+string(os.PathListSeparator)+os.Getenv("PATH"))
+	check.Env = append(check.Env, env...)
 	out, err := check.CombinedOutput()
 	if err != nil {
 		return nil, fmt.Errorf("deploy/replicas.sh check 1: %w\n%s", err, out)
@@ -541,4 +543,58 @@ func checkJSONError(t *testing.T, resp *http.Response, status int) string {
 		}
 	}
 	return e.Error
+}
+
+// TestNginxTLS: with NGINX_TLS_CERT and NGINX_TLS_KEY, nginx ends TLS on
+// NGINX_TLS_PORT with HTTP/2, tells the instance the scheme was https, and
+// lets a returning client resume its session unless NGINX_TLS_RESUME=0.
+func TestNginxTLS(t *testing.T) {
+	nginxBin := findNginx(t)
+	certFile, keyFile, roots := writeTestCert(t, t.TempDir())
+	instance := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, r.Header.Get("X-Forwarded-Proto"))
+	}))
+	t.Cleanup(instance.Close)
+	for _, resume := range []bool{true, false} {
+		t.Run(fmt.Sprintf("resume=%v", resume), func(t *testing.T) {
+			l, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatalf("listen: %v", err)
+			}
+			tlsPort := portOf(t, l.Addr())
+			if err := l.Close(); err != nil {
+				t.Fatalf("close listener: %v", err)
+			}
+			setting := "1"
+			if !resume {
+				setting = "0"
+			}
+			startNginx(t, nginxBin, portOf(t, instance.Listener.Addr()), "NGINX_TLS_CERT="+certFile,
+				"NGINX_TLS_KEY="+keyFile, "NGINX_TLS_PORT="+tlsPort, "NGINX_TLS_RESUME="+setting)
+			// A new connection per request, HTTP/2 offered, a session cache.
+			client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+				DisableKeepAlives: true, ForceAttemptHTTP2: true,
+				TLSClientConfig: &tls.Config{RootCAs: roots, ClientSessionCache: tls.NewLRUClientSessionCache(8)}}}
+			for i := range 2 {
+				resp, err := client.Get("https://127.0.0.1:" + tlsPort + "/proto")
+				if err != nil {
+					t.Fatalf("request %d: %v", i, err)
+				}
+				body, err := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if err != nil {
+					t.Fatalf("request %d: read: %v", i, err)
+				}
+				if resp.ProtoMajor != 2 {
+					t.Errorf("request %d over %s, want HTTP/2", i, resp.Proto)
+				}
+				if string(body) != "https" {
+					t.Errorf("request %d: instance saw X-Forwarded-Proto %q, want https", i, body)
+				}
+				if want := resume && i == 1; resp.TLS.DidResume != want {
+					t.Errorf("request %d: resumed %v, want %v", i, resp.TLS.DidResume, want)
+				}
+			}
+		})
+	}
 }

@@ -28,10 +28,16 @@
 # generator is one address for many clients, so benchmarks raise it),
 # NGINX_IPV6 (0 or 1: nginx also listens on [::1]:$NGINX_PORT; by default
 # when the machine has ::1),
+# NGINX_TLS_CERT and NGINX_TLS_KEY (PEM files: nginx also ends TLS, HTTP/2
+# and HTTP/1.1, on NGINX_TLS_PORT, 8443), NGINX_TLS_RESUME (1: session
+# cache and tickets; 0: a full handshake every time),
+# NGINX_UPSTREAM_KEEPALIVE (32: idle connections nginx keeps to the
+# instances; 0: a new connection per request),
 # DB_RESERVE_CONNS (20: Postgres connections left for everything else).
 # Later commands read the ports from REPLICAS_DIR; pass the same REPLICAS_DIR.
 set -euo pipefail
 
+caller=$(pwd) # relative paths in settings are from here
 cd "$(dirname "$0")/.."
 root=$(pwd)
 
@@ -135,7 +141,7 @@ ngx() {
 	"$nginx_bin" -p "$ngx_dir/" -c "$ngx_dir/nginx.conf" -e "$ngx_dir/error.log" "$@"
 }
 
-# write_nginx_conf N PORT BASE: deploy/nginx.conf as is, and the four small
+# write_nginx_conf N PORT BASE: deploy/nginx.conf as is, and the six small
 # files it includes.
 write_nginx_conf() {
 	local n=$1 port=$2 base=$3 i
@@ -159,6 +165,61 @@ write_nginx_conf() {
 	else
 		say 'access_log off;' >"$ngx_dir/logging.conf"
 	fi
+	local ka=${NGINX_UPSTREAM_KEEPALIVE:-32}
+	whole_number NGINX_UPSTREAM_KEEPALIVE "$ka"
+	if [ "$ka" = 0 ]; then
+		say '# NGINX_UPSTREAM_KEEPALIVE=0: a new connection to an instance for every request' >"$ngx_dir/upstream_keepalive.conf"
+	else
+		printf 'keepalive %s;\nkeepalive_timeout 30s;\nkeepalive_requests 10000;\n' "$ka" >"$ngx_dir/upstream_keepalive.conf"
+	fi
+	: >"$ngx_dir/tls.conf"
+	if tls_on; then
+		local tport=${NGINX_TLS_PORT:-8443}
+		{
+			printf 'listen 127.0.0.1:%s ssl http2;\n' "$tport"
+			if ipv6_loopback; then
+				printf 'listen [::1]:%s ssl http2;\n' "$tport"
+			fi
+		} >>"$ngx_dir/listen.conf"
+		{
+			printf 'ssl_certificate %s;\nssl_certificate_key %s;\n' "$(abs_path "$NGINX_TLS_CERT")" "$(abs_path "$NGINX_TLS_KEY")"
+			say 'ssl_protocols TLSv1.2 TLSv1.3;'
+			case ${NGINX_TLS_RESUME:-1} in
+			1)
+				say '# A returning client resumes its session (one round trip, no signature):'
+				say '# by a ticket it holds, or by an id kept in this cache, shared by the workers.'
+				say 'ssl_session_cache shared:tls:10m;'
+				say 'ssl_session_timeout 1h;'
+				say 'ssl_session_tickets on;'
+				;;
+			0)
+				say '# NGINX_TLS_RESUME=0: every connection pays a full handshake.'
+				say 'ssl_session_cache off;'
+				say 'ssl_session_tickets off;'
+				;;
+			*) die "NGINX_TLS_RESUME=${NGINX_TLS_RESUME}: want 1 or 0" ;;
+			esac
+		} >"$ngx_dir/tls.conf"
+	fi
+}
+
+# tls_on: NGINX_TLS_CERT and NGINX_TLS_KEY are set (both, or it dies),
+# and readable.
+tls_on() {
+	[ -n "${NGINX_TLS_CERT:-}${NGINX_TLS_KEY:-}" ] || return 1
+	[ -n "${NGINX_TLS_CERT:-}" ] && [ -n "${NGINX_TLS_KEY:-}" ] || die "set NGINX_TLS_CERT and NGINX_TLS_KEY together, or neither"
+	[ -r "$(abs_path "$NGINX_TLS_CERT")" ] || die "NGINX_TLS_CERT=$NGINX_TLS_CERT: cannot read it"
+	[ -r "$(abs_path "$NGINX_TLS_KEY")" ] || die "NGINX_TLS_KEY=$NGINX_TLS_KEY: cannot read it"
+	whole_number NGINX_TLS_PORT "${NGINX_TLS_PORT:-8443}"
+}
+
+# abs_path FILE: FILE from /, a relative one taken from where this script
+# was called (nginx would read it from its prefix, the state directory).
+abs_path() {
+	case $1 in
+	/*) say "$1" ;;
+	*) say "$caller/$1" ;;
+	esac
 }
 
 # ipv6_loopback: true if ::1 is configured, so that nginx can listen on it
@@ -456,6 +517,9 @@ cmd_up() {
 	port_free "$port" nginx || die "choose another NGINX_PORT"
 	if ipv6_loopback; then
 		port_free "$port" nginx '[::1]' || die "choose another NGINX_PORT, or set NGINX_IPV6=0"
+	fi
+	if tls_on; then
+		port_free "${NGINX_TLS_PORT:-8443}" nginx || die "choose another NGINX_TLS_PORT"
 	fi
 	if [ "${PROMETHEUS:-}" = 1 ]; then
 		port_free "$pport" prometheus || die "choose another PROMETHEUS_PORT"
