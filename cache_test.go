@@ -348,9 +348,9 @@ func (c *countingStore) Lookup(ctx context.Context, code string) (string, error)
 	return c.Store.Lookup(ctx, code)
 }
 
-func newTestLocalCache(t *testing.T, behind Store, size int, ttl time.Duration) (*localCache, *testClock) {
+func newTestLocalCache(t *testing.T, behind Store, maxBytes int64, ttl time.Duration) (*localCache, *testClock) {
 	t.Helper()
-	c, err := newLocalCache(behind, size, ttl, cacheResults{noCount{}, noCount{}, noCount{}, noCount{}})
+	c, err := newLocalCache(behind, maxBytes, ttl, cacheResults{noCount{}, noCount{}, noCount{}, noCount{}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -360,13 +360,12 @@ func newTestLocalCache(t *testing.T, behind Store, size int, ttl time.Duration) 
 }
 
 // TestLocalCache: a link looked up once is answered from memory after
-// that; unknown codes are not kept; the least recently used link is the
-// one that makes room.
+// that; unknown codes are not kept.
 func TestLocalCache(t *testing.T) {
 	behind := &countingStore{Store: newMemoryStore()}
-	c, _ := newTestLocalCache(t, behind, 2, time.Minute)
+	c, _ := newTestLocalCache(t, behind, 1<<20, time.Minute)
 	ctx := context.Background()
-	for _, code := range []string{"aaaaaa1", "bbbbbb2", "cccccc3"} {
+	for _, code := range []string{"aaaaaa1", "bbbbbb2"} {
 		if err := c.Save(ctx, code, "https://go.dev/"+code); err != nil {
 			t.Fatal(err)
 		}
@@ -378,9 +377,7 @@ func TestLocalCache(t *testing.T) {
 	}{
 		{"aaaaaa1", nil, 1}, {"aaaaaa1", nil, 1}, // a miss, then a hit
 		{"nothere", ErrNotFound, 2}, {"nothere", ErrNotFound, 3}, // never kept
-		{"bbbbbb2", nil, 4}, {"aaaaaa1", nil, 4}, // a is now the most recent
-		{"cccccc3", nil, 5}, // full: b, the least recent, makes room
-		{"aaaaaa1", nil, 5}, {"bbbbbb2", nil, 6},
+		{"bbbbbb2", nil, 4}, {"aaaaaa1", nil, 4}, {"bbbbbb2", nil, 4},
 	}
 	for i, s := range steps {
 		got, err := c.Lookup(ctx, s.code)
@@ -392,12 +389,92 @@ func TestLocalCache(t *testing.T) {
 		}
 	}
 	for _, bad := range []struct {
-		size int
-		ttl  time.Duration
-	}{{0, time.Minute}, {2, 0}, {2, -time.Second}} {
-		if _, err := newLocalCache(behind, bad.size, bad.ttl, cacheResults{noCount{}, noCount{}, noCount{}, noCount{}}); err == nil {
-			t.Errorf("newLocalCache(size %d, ttl %v) did not fail", bad.size, bad.ttl)
+		bytes int64
+		ttl   time.Duration
+	}{{0, time.Minute}, {-1, time.Minute}, {1 << 20, 0}, {1 << 20, -time.Second}} {
+		if _, err := newLocalCache(behind, bad.bytes, bad.ttl, cacheResults{noCount{}, noCount{}, noCount{}, noCount{}}); err == nil {
+			t.Errorf("newLocalCache(%d bytes, ttl %v) did not fail", bad.bytes, bad.ttl)
 		}
+	}
+}
+
+// TestLocalCacheBytes: however many links are looked up, the weights of
+// the links the cache holds (code, URL and the overhead each) add up to
+// its bytes at most, and to most of them once it is full.
+func TestLocalCacheBytes(t *testing.T) {
+	const budget = 64 << 10
+	mem := newMemoryStore()
+	c, _ := newTestLocalCache(t, mem, budget, time.Hour)
+	ctx := context.Background()
+	// URLs of many lengths, so that the bound is one of bytes, not links.
+	for i := range 3000 {
+		code := fmt.Sprintf("c%06d", i)
+		if err := mem.Save(ctx, code, "https://go.dev/"+strings.Repeat("x", i%400)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Lookup(ctx, code); err != nil {
+			t.Fatalf("Lookup(%s): %v", code, err)
+		}
+		var weight uint64
+		for code, e := range c.links.All() {
+			weight += uint64(localEntryWeight(code, e))
+		}
+		if weight > budget || c.links.WeightedSize() > budget {
+			t.Fatalf("after %d lookups: links weigh %d bytes (the cache counts %d), over %d", i+1, weight, c.links.WeightedSize(), budget)
+		}
+		if i > 1000 && weight < budget/2 {
+			t.Fatalf("after %d lookups: links weigh %d bytes, want most of %d", i+1, weight, budget)
+		}
+	}
+}
+
+// TestLocalCacheKeepsHotLinks: a link asked for often survives a scan of
+// links asked for once, three times more than the cache holds, which a
+// least-recently-used cache would not.
+func TestLocalCacheKeepsHotLinks(t *testing.T) {
+	const budget = 64 << 10
+	mem := newMemoryStore()
+	behind := &countingStore{Store: mem}
+	c, _ := newTestLocalCache(t, behind, budget, time.Hour)
+	ctx := context.Background()
+	// Links of one size, so that the cache holds as many once full
+	// whatever it keeps. (otter sizes its frequency sketch by that
+	// number, and makes it anew, forgetting, when the number passes a
+	// power of two: with links of many sizes that can happen long after
+	// the cache is full.)
+	url := "https://go.dev/" + strings.Repeat("x", 150)
+	holds := budget / int(localEntryWeight("c000000", localEntry{url: url}))
+	codes := make([]string, 5*holds)
+	for i := range codes {
+		codes[i] = fmt.Sprintf("c%06d", i)
+		if err := mem.Save(ctx, codes[i], url); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lookup := func(code string) {
+		t.Helper()
+		if _, err := c.Lookup(ctx, code); err != nil {
+			t.Fatalf("Lookup(%s): %v", code, err)
+		}
+	}
+	fill, scan := codes[:2*holds], codes[2*holds:]
+	for _, code := range fill {
+		lookup(code)
+	}
+	hot := fill[len(fill)-1]
+	for range 20 {
+		lookup(hot)
+	}
+	reached := behind.lookups.Load()
+	for _, code := range scan {
+		lookup(code)
+	}
+	if n := behind.lookups.Load() - reached; n != int64(len(scan)) {
+		t.Fatalf("a scan of %d new links reached the store %d times", len(scan), n)
+	}
+	lookup(hot)
+	if n := behind.lookups.Load() - reached; n != int64(len(scan)) {
+		t.Errorf("the hot link was asked of the store after a scan of %d links (the cache holds %d): the scan pushed it out", len(scan), holds)
 	}
 }
 
@@ -408,7 +485,7 @@ func TestLocalCacheExpires(t *testing.T) {
 	mem := newMemoryStore()
 	behind := &countingStore{Store: mem}
 	const ttl = time.Minute
-	c, clock := newTestLocalCache(t, behind, 10, ttl)
+	c, clock := newTestLocalCache(t, behind, 1<<20, ttl)
 	ctx := context.Background()
 	if err := c.Save(ctx, "expire1", "https://go.dev/x"); err != nil {
 		t.Fatal(err)

@@ -3,9 +3,11 @@ package main
 import (
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"net/netip"
 	"net/url"
+	"path"
 	"slices"
 	"strconv"
 	"strings"
@@ -86,9 +88,11 @@ type config struct {
 	// (which would otherwise serve each other's links) or other tests.
 	redisPrefix string
 	cacheTTL    time.Duration // CACHE_TTL
-	// localCache is LOCAL_CACHE_SIZE: links kept in the process's memory
-	// in front of Redis and Postgres; 0 = none.
-	localCache int
+	// localCacheBytes is LOCAL_CACHE_BYTES: how much of the process's
+	// memory the links it keeps in front of Redis and Postgres may take;
+	// 0 = none, localCacheAuto = unset: run sizes it to the memory the
+	// process may use (fallbackLocalCacheBytes).
+	localCacheBytes int64
 	// localCacheTTL is LOCAL_CACHE_TTL: how long a link stays in the
 	// process's memory, so that a link deleted or a bad entry is not
 	// served until every instance restarts.
@@ -149,14 +153,35 @@ const (
 	defaultDBTimeout    = 500 * time.Millisecond
 )
 
-// defaultLocalCache is how many links each process keeps in memory: about
-// 2 MB for links of a typical length, 21 MB at most (2,048-byte URLs),
-// enough to hold the head of a Zipf-like popularity curve (docs/08
-// measures how much of it). LOCAL_CACHE_SIZE may be up to maxLocalCache,
-// up to 2 GB of memory at worst.
+// localCacheAuto is localCacheBytes when LOCAL_CACHE_BYTES is not set.
+const localCacheAuto = -1
+
+// LOCAL_CACHE_BYTES may be 0 (no local cache) or from minLocalCacheBytes
+// (about 6,000 links) to maxLocalCacheBytes, past the memory of any machine
+// this runs on: a figure beyond that is a typo.
 const (
-	defaultLocalCache = 10_000
-	maxLocalCache     = 1_000_000
+	minLocalCacheBytes = 1 << 20
+	maxLocalCacheBytes = 1 << 40
+)
+
+// Unset, LOCAL_CACHE_BYTES is 1/localCacheShare of the memory the process
+// may use (see processMemory), kept from minDefaultLocalCacheBytes to
+// maxDefaultLocalCacheBytes. Why a sixteenth: the cache is live heap, and
+// Go's collector lets the heap grow to twice the live heap before it
+// collects (GOGC=100), so the cache may cost twice its size; several
+// copies of the app may share a machine with Postgres and Redis (docs/06,
+// docs/11); and the rest of the process (connections, requests, the click
+// queue) needs room. The floor is about what the cache held when it was
+// bounded by a count (10,000 links, 2 MB); the ceiling holds about 1.6
+// million of the seed's links (163 bytes each, as benchmarks/cachesim
+// measured), the head of a Zipf curve over ten million: more is for an
+// operator to ask for. With no figure to go on (no /proc, as on macOS),
+// it is fallbackLocalCacheBytes.
+const (
+	localCacheShare           = 16
+	minDefaultLocalCacheBytes = 2 << 20
+	maxDefaultLocalCacheBytes = 256 << 20
+	fallbackLocalCacheBytes   = 32 << 20
 )
 
 // defaultLocalCacheTTL bounds how long a link is served from a process's
@@ -223,12 +248,12 @@ func defaultConfig() config {
 			prepare:     defaultPrepare,
 			timeout:     defaultDBTimeout,
 		},
-		cacheTTL:      defaultCacheTTL,
-		redisTimeout:  defaultRedisTimeout,
-		localCache:    defaultLocalCache,
-		localCacheTTL: defaultLocalCacheTTL,
-		redisPrefix:   defaultRedisPrefix,
-		idleConnsMax:  defaultIdleConnsMax,
+		cacheTTL:        defaultCacheTTL,
+		redisTimeout:    defaultRedisTimeout,
+		localCacheBytes: localCacheAuto,
+		localCacheTTL:   defaultLocalCacheTTL,
+		redisPrefix:     defaultRedisPrefix,
+		idleConnsMax:    defaultIdleConnsMax,
 		limits: limitConfig{
 			maxInFlight: defaultMaxInFlight,
 			createRate:  defaultCreateRate,
@@ -315,7 +340,21 @@ func loadConfig(getenv func(string) string) (config, error) {
 	cfg.redisPrefix = read(&env, "REDIS_KEY_PREFIX", cfg.redisPrefix, "want at most 64 printable ASCII characters, no spaces, like shortener:", func(raw string) (string, bool) {
 		return raw, len(raw) <= 64 && !strings.ContainsFunc(raw, func(r rune) bool { return r <= ' ' || r >= 0x7f })
 	})
-	cfg.localCache = env.intIn("LOCAL_CACHE_SIZE", cfg.localCache, 0, maxLocalCache)
+	cfg.localCacheBytes = read(&env, "LOCAL_CACHE_BYTES", cfg.localCacheBytes,
+		"want 0 (no local cache) or a size from 1MiB to 1TiB: bytes, or a whole number of KiB, MiB or GiB, like 64MiB",
+		func(raw string) (int64, bool) {
+			n, err := parseBytes(raw)
+			return n, err == nil && (n == 0 || n >= minLocalCacheBytes && n <= maxLocalCacheBytes)
+		})
+	if raw := getenv("LOCAL_CACHE_SIZE"); raw != "" {
+		// Its links are not bytes: read as either, it would shrink or
+		// grow someone's cache without a word.
+		want := "no longer read: the local cache is sized in bytes now; set LOCAL_CACHE_BYTES instead (like 64MiB; unset, a share of memory) and remove LOCAL_CACHE_SIZE"
+		if raw == "0" {
+			want = "no longer read: set LOCAL_CACHE_BYTES=0 for no local cache, and remove LOCAL_CACHE_SIZE"
+		}
+		env.fail("LOCAL_CACHE_SIZE", raw, want)
+	}
 	cfg.localCacheTTL = env.durationIn("LOCAL_CACHE_TTL", cfg.localCacheTTL, minLocalCacheTTL, maxLocalCacheTTL)
 	cfg.idleConnsMax = env.intIn("IDLE_CONNS_MAX", cfg.idleConnsMax, 0, maxIdleConnsMax)
 	cfg.limits.maxInFlight = env.intIn("MAX_IN_FLIGHT", cfg.limits.maxInFlight, 0, 1_000_000)
@@ -508,10 +547,159 @@ func parseDigits(s string) (int, error) {
 	return n, nil
 }
 
+// parseBytes reads a size: digits alone (bytes), or digits followed by KiB,
+// MiB or GiB, powers of 1024 as GOMEMLIMIT writes them. No decimal
+// point, space or other unit (is "MB" 10^6 or 2^20?), and an error instead of
+// a wrap past the int64 range.
+func parseBytes(s string) (int64, error) {
+	digits, mult := s, int64(1)
+	for _, u := range []struct {
+		suffix string
+		mult   int64
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}} {
+		if d, ok := strings.CutSuffix(s, u.suffix); ok {
+			digits, mult = d, u.mult
+			break
+		}
+	}
+	n, err := parseDigits(digits)
+	if err != nil {
+		return 0, fmt.Errorf("parse size %q: %w", s, err)
+	}
+	if int64(n) > math.MaxInt64/mult {
+		return 0, fmt.Errorf("parse size %q: past %d bytes", s, int64(math.MaxInt64))
+	}
+	return int64(n) * mult, nil
+}
+
 // durationIn reads a duration from lo to hi.
 func (e *envReader) durationIn(name string, def, lo, hi time.Duration) time.Duration {
 	return read(e, name, def, fmt.Sprintf("want a duration from %s to %s", lo, hi), func(raw string) (time.Duration, bool) {
 		d, err := time.ParseDuration(raw)
 		return d, err == nil && d >= lo && d <= hi
 	})
+}
+
+// memoryFigure is how much memory the process may use, and what says so.
+type memoryFigure struct {
+	bytes  int64
+	source string // GOMEMLIMIT, cgroup memory.max, cgroup memory.limit_in_bytes or MemTotal
+}
+
+// unlimitedCgroup: a cgroup v1 limit at or past this is "no limit" (v1
+// writes the largest int64 rounded down to a page, not a word).
+const unlimitedCgroup = 1 << 62
+
+// processMemory finds how much memory the process may use: GOMEMLIMIT if
+// it is set (goMemLimit is what debug.SetMemoryLimit(-1) returns,
+// math.MaxInt64 when it is not), else the limit of the process's cgroup,
+// if it is below the machine's memory (cgroup v2: the smallest memory.max
+// from its own cgroup up to the root; v1: memory.limit_in_bytes), else
+// the machine's MemTotal. readFile reads /proc and /sys (tests give files
+// of their own). What the kernel writes there is read as strictly as any
+// input: a file that is missing or does not parse is passed over. ok is
+// false if nothing gave a figure.
+func processMemory(goMemLimit int64, readFile func(string) ([]byte, error)) (memoryFigure, bool) {
+	if goMemLimit > 0 && goMemLimit < math.MaxInt64 {
+		return memoryFigure{goMemLimit, "GOMEMLIMIT"}, true
+	}
+	total, haveTotal := memTotal(readFile)
+	if limit, ok := cgroupLimit(readFile); ok && (!haveTotal || limit.bytes < total) {
+		return limit, true
+	}
+	if haveTotal {
+		return memoryFigure{total, "MemTotal"}, true
+	}
+	return memoryFigure{}, false
+}
+
+// memTotal reads MemTotal from /proc/meminfo ("MemTotal:  24684084 kB").
+func memTotal(readFile func(string) ([]byte, error)) (int64, bool) {
+	b, err := readFile("/proc/meminfo")
+	if err != nil {
+		return 0, false
+	}
+	for line := range strings.Lines(string(b)) {
+		rest, ok := strings.CutPrefix(line, "MemTotal:")
+		if !ok {
+			continue
+		}
+		kb, ok := strings.CutSuffix(strings.TrimSpace(rest), " kB")
+		n, err := parseDigits(strings.TrimSpace(kb))
+		if !ok || err != nil || n <= 0 || n > math.MaxInt64>>10 {
+			return 0, false
+		}
+		return int64(n) << 10, true
+	}
+	return 0, false
+}
+
+// cgroupLimit reads the memory limit of the process's cgroup, from the
+// paths /proc/self/cgroup gives: "0::/path" for cgroup v2,
+// "N:memory:/path" (among other controllers) for v1.
+func cgroupLimit(readFile func(string) ([]byte, error)) (memoryFigure, bool) {
+	b, err := readFile("/proc/self/cgroup")
+	if err != nil {
+		return memoryFigure{}, false
+	}
+	best := memoryFigure{bytes: math.MaxInt64}
+	for line := range strings.Lines(string(b)) {
+		fields := strings.SplitN(strings.TrimSpace(line), ":", 3)
+		if len(fields) != 3 || !strings.HasPrefix(fields[2], "/") {
+			continue
+		}
+		switch p := path.Clean(fields[2]); {
+		case fields[0] == "0" && fields[1] == "":
+			// v2: a parent's limit bounds its children's too.
+			for {
+				if n, ok := readLimit(readFile, path.Join("/sys/fs/cgroup", p, "memory.max")); ok && n < best.bytes {
+					best = memoryFigure{n, "cgroup memory.max"}
+				}
+				if p == "/" {
+					break
+				}
+				p = path.Dir(p)
+			}
+		case slices.Contains(strings.Split(fields[1], ","), "memory"):
+			// v1: in a container the path is the host's, and the
+			// container's own cgroup is mounted at the top.
+			for _, f := range []string{path.Join("/sys/fs/cgroup/memory", p, "memory.limit_in_bytes"), "/sys/fs/cgroup/memory/memory.limit_in_bytes"} {
+				if n, ok := readLimit(readFile, f); ok {
+					if n < best.bytes {
+						best = memoryFigure{n, "cgroup memory.limit_in_bytes"}
+					}
+					break
+				}
+			}
+		}
+	}
+	return best, best.source != ""
+}
+
+// readLimit reads a cgroup limit file: a number of bytes, or "max" (v2)
+// or a number past unlimitedCgroup (v1) for none.
+func readLimit(readFile func(string) ([]byte, error), name string) (int64, bool) {
+	b, err := readFile(name)
+	if err != nil {
+		return 0, false
+	}
+	n, err := parseDigits(strings.TrimSuffix(string(b), "\n"))
+	if err != nil || n <= 0 || int64(n) >= unlimitedCgroup {
+		return 0, false // "max", or not a limit
+	}
+	return int64(n), true
+}
+
+// localCacheDefault is LOCAL_CACHE_BYTES when it is not set, given the
+// memory the process may use, and how that figure was reached, to log.
+func localCacheDefault(mem memoryFigure, known bool) (int64, string) {
+	if !known {
+		return fallbackLocalCacheBytes, "no memory figure found (GOMEMLIMIT, cgroup, /proc/meminfo): a fixed default"
+	}
+	n := min(max(mem.bytes/localCacheShare, minDefaultLocalCacheBytes), maxDefaultLocalCacheBytes)
+	how := fmt.Sprintf("1/%d of %s (%d bytes)", localCacheShare, mem.source, mem.bytes)
+	if n != mem.bytes/localCacheShare {
+		how += fmt.Sprintf(", kept within %d to %d bytes", minDefaultLocalCacheBytes, maxDefaultLocalCacheBytes)
+	}
+	return n, how
 }

@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"io"
+	"io/fs"
+	"math"
 	"net/netip"
 	"reflect"
 	"strings"
@@ -21,14 +23,14 @@ func TestLoadConfig(t *testing.T) {
 		{"all set", map[string]string{
 			"ADDR": "127.0.0.1:9000", "BASE_URL": "https://Sho.RT/", "DATABASE_URL": "postgres://x",
 			"DB_MAX_OPEN_CONNS": "16", "DB_MAX_IDLE_CONNS": "4", "DB_CONN_MAX_IDLE_TIME": "90s", "DB_CONN_MAX_LIFETIME": "0", "DB_PREPARE": "false",
-			"DB_TIMEOUT": "2s", "REDIS_TIMEOUT": "20ms", "LOCAL_CACHE_SIZE": "0",
+			"DB_TIMEOUT": "2s", "REDIS_TIMEOUT": "20ms", "LOCAL_CACHE_BYTES": "0",
 			"MAX_IN_FLIGHT": "0", "CREATE_RATE": "5", "CREATE_BURST": "1",
 		}, func() config {
 			c := defaultConfig()
 			c.addr, c.baseURL, c.baseHost, c.databaseURL = "127.0.0.1:9000", "https://Sho.RT", "sho.rt", "postgres://x"
 			c.pool = poolConfig{16, 4, 90 * time.Second, 0, false, 2 * time.Second, false, 0}
 			c.clicks.syncTimeout = 2 * time.Second
-			c.redisTimeout, c.localCache = 20*time.Millisecond, 0
+			c.redisTimeout, c.localCacheBytes = 20*time.Millisecond, 0
 			c.limits = limitConfig{maxInFlight: 0, createRate: 5, createBurst: 1}
 			return c
 		}(), false},
@@ -141,8 +143,6 @@ func TestLoadConfig(t *testing.T) {
 		{"redis timeout zero", map[string]string{"REDIS_TIMEOUT": "0s"}, config{}, true},
 		{"redis timeout no unit", map[string]string{"REDIS_TIMEOUT": "50"}, config{}, true},
 		{"redis timeout a minute", map[string]string{"REDIS_TIMEOUT": "1m"}, config{}, true},
-		{"local cache negative", map[string]string{"LOCAL_CACHE_SIZE": "-1"}, config{}, true},
-		{"local cache huge", map[string]string{"LOCAL_CACHE_SIZE": "1000001"}, config{}, true},
 		{"in flight negative", map[string]string{"MAX_IN_FLIGHT": "-5"}, config{}, true},
 		{"in flight words", map[string]string{"MAX_IN_FLIGHT": "lots"}, config{}, true},
 		{"create rate fraction", map[string]string{"CREATE_RATE": "0.5"}, config{}, true},
@@ -206,6 +206,7 @@ func TestLoadConfigReportsEveryBadVariable(t *testing.T) {
 		"REDIS_URL": "redis://:s3cret@127.0.0.1:notaport", "BASE_URL": "https://sho.rt/#",
 		"TRUSTED_PROXIES": "::/0", "DB_CONN_MAX_LIFETIME": "1ns", "MAX_IN_FLIGHT": "+5",
 		"METRICS_ADDR": "0.0.0.0:6060", "LOCAL_CACHE_TTL": "0", "IDLE_CONNS_MAX": "-1",
+		"LOCAL_CACHE_BYTES": "8MB", "LOCAL_CACHE_SIZE": "10000",
 	}
 	_, err := loadConfig(func(k string) string { return env[k] })
 	if err == nil {
@@ -236,7 +237,7 @@ func TestLoadConfigRedisURL(t *testing.T) {
 // TestIntSettingsAreStrict: every whole-number setting takes digits only,
 // so that none has a second spelling ("+5") or wraps past the int range.
 func TestIntSettingsAreStrict(t *testing.T) {
-	names := []string{"CREATE_BATCH", "DB_MAX_OPEN_CONNS", "DB_MAX_IDLE_CONNS", "LOCAL_CACHE_SIZE", "MAX_IN_FLIGHT",
+	names := []string{"CREATE_BATCH", "DB_MAX_OPEN_CONNS", "DB_MAX_IDLE_CONNS", "MAX_IN_FLIGHT",
 		"CREATE_RATE", "CREATE_BURST", "CLICK_QUEUE_SIZE", "CLICK_BATCH", "IDLE_CONNS_MAX"}
 	for _, name := range names {
 		for _, raw := range []string{"+5", " 5", "5 ", "5.0", "1e3", "0x5", "1_0", "٥", "99999999999999999999"} {
@@ -247,6 +248,167 @@ func TestIntSettingsAreStrict(t *testing.T) {
 		}
 		if _, err := loadConfig(func(k string) string { return map[string]string{name: "5"}[k] }); err != nil {
 			t.Errorf("%s=5: %v, want it accepted", name, err)
+		}
+	}
+}
+
+// TestLoadConfigLocalCacheBytes: LOCAL_CACHE_BYTES takes bytes, or a whole
+// number of KiB, MiB or GiB, from 1 MiB to 1 TiB, or 0 for none, and
+// refuses any other spelling, and any figure that would wrap; unset, run
+// picks it (localCacheAuto). LOCAL_CACHE_SIZE, which counted links, is
+// refused whatever its value, with a message that names the new setting.
+func TestLoadConfigLocalCacheBytes(t *testing.T) {
+	good := []struct {
+		raw  string
+		want int64
+	}{
+		{"", localCacheAuto},
+		{"0", 0},
+		{"0MiB", 0},
+		{"1048576", 1 << 20},
+		{"1024KiB", 1 << 20},
+		{"64MiB", 64 << 20},
+		{"3GiB", 3 << 30},
+		{"1024GiB", 1 << 40},
+		{"0064MiB", 64 << 20},
+	}
+	for _, tt := range good {
+		cfg, err := loadConfig(func(k string) string { return map[string]string{"LOCAL_CACHE_BYTES": tt.raw}[k] })
+		if err != nil || cfg.localCacheBytes != tt.want {
+			t.Errorf("LOCAL_CACHE_BYTES=%q: %d bytes, error %v; want %d", tt.raw, cfg.localCacheBytes, err, tt.want)
+		}
+	}
+	bad := []string{
+		"-1", "-64MiB", "+64MiB", " 64MiB", "64MiB ", "64 MiB", "1.5MiB", "1e9", "0x100000", "1_048_576",
+		"64MB", "64M", "64mib", "64MIB", "64Mi", "1TiB", "MiB", "KiB64", "64MiBMiB", "٦٤MiB",
+		"1048575", "1023KiB", // under 1 MiB
+		"1025GiB", "1099511627777", // over 1 TiB
+		"9007199254740992GiB", "8589934592GiB", // past int64 once multiplied
+		"99999999999999999999", "9223372036854775808", // past int64 as digits
+	}
+	for _, raw := range bad {
+		cfg, err := loadConfig(func(k string) string { return map[string]string{"LOCAL_CACHE_BYTES": raw}[k] })
+		if err == nil || !strings.Contains(err.Error(), "LOCAL_CACHE_BYTES") {
+			t.Errorf("LOCAL_CACHE_BYTES=%q: %d bytes, error %v; want an error naming LOCAL_CACHE_BYTES", raw, cfg.localCacheBytes, err)
+		}
+	}
+	for raw, want := range map[string]string{
+		"10000": "set LOCAL_CACHE_BYTES instead",
+		"0":     "set LOCAL_CACHE_BYTES=0",
+		"abc":   "set LOCAL_CACHE_BYTES instead",
+	} {
+		for _, env := range []map[string]string{
+			{"LOCAL_CACHE_SIZE": raw},
+			{"LOCAL_CACHE_SIZE": raw, "LOCAL_CACHE_BYTES": "64MiB"}, // both: still refused
+		} {
+			_, err := loadConfig(func(k string) string { return env[k] })
+			if err == nil || !strings.Contains(err.Error(), "LOCAL_CACHE_SIZE") || !strings.Contains(err.Error(), want) {
+				t.Errorf("%v: error %v; want one naming LOCAL_CACHE_SIZE that says %q", env, err, want)
+			}
+		}
+	}
+}
+
+// TestProcessMemory: the figure the local cache's default is a share of
+// comes from GOMEMLIMIT, else the cgroup's limit if it is below the
+// machine's memory, else MemTotal; a file that is missing or garbled is
+// passed over.
+func TestProcessMemory(t *testing.T) {
+	const gib = 1 << 30
+	meminfo := "MemTotal:       16777216 kB\nMemFree:         1234 kB\n" // 16 GiB
+	v2 := "0::/system.slice/app.service\n"
+	tests := []struct {
+		name       string
+		goMemLimit int64
+		files      map[string]string
+		want       memoryFigure
+		ok         bool
+	}{
+		{"nothing", math.MaxInt64, nil, memoryFigure{}, false},
+		{"gomemlimit", 3 * gib, map[string]string{"/proc/meminfo": meminfo}, memoryFigure{3 * gib, "GOMEMLIMIT"}, true},
+		{"meminfo", math.MaxInt64, map[string]string{"/proc/meminfo": meminfo}, memoryFigure{16 * gib, "MemTotal"}, true},
+		{"meminfo garbled", math.MaxInt64, map[string]string{"/proc/meminfo": "MemTotal: lots kB\n"}, memoryFigure{}, false},
+		{"meminfo in MB", math.MaxInt64, map[string]string{"/proc/meminfo": "MemTotal: 16384 MB\n"}, memoryFigure{}, false},
+		{"v2 limit", math.MaxInt64, map[string]string{
+			"/proc/meminfo": meminfo, "/proc/self/cgroup": v2,
+			"/sys/fs/cgroup/system.slice/app.service/memory.max": "2147483648\n",
+		}, memoryFigure{2 * gib, "cgroup memory.max"}, true},
+		{"v2 parent's limit is smaller", math.MaxInt64, map[string]string{
+			"/proc/meminfo": meminfo, "/proc/self/cgroup": v2,
+			"/sys/fs/cgroup/system.slice/app.service/memory.max": "max\n",
+			"/sys/fs/cgroup/system.slice/memory.max":             "1073741824\n",
+		}, memoryFigure{gib, "cgroup memory.max"}, true},
+		{"v2 no limit", math.MaxInt64, map[string]string{
+			"/proc/meminfo": meminfo, "/proc/self/cgroup": v2,
+			"/sys/fs/cgroup/system.slice/app.service/memory.max": "max\n",
+		}, memoryFigure{16 * gib, "MemTotal"}, true},
+		{"v2 garbled limit", math.MaxInt64, map[string]string{
+			"/proc/meminfo": meminfo, "/proc/self/cgroup": v2,
+			"/sys/fs/cgroup/system.slice/app.service/memory.max": "-5\n",
+		}, memoryFigure{16 * gib, "MemTotal"}, true},
+		{"v2 container, its own cgroup at the top", math.MaxInt64, map[string]string{
+			"/proc/meminfo": meminfo, "/proc/self/cgroup": "0::/\n", "/sys/fs/cgroup/memory.max": "536870912\n",
+		}, memoryFigure{gib / 2, "cgroup memory.max"}, true},
+		{"v2 limit above the machine", math.MaxInt64, map[string]string{
+			"/proc/meminfo": meminfo, "/proc/self/cgroup": v2,
+			"/sys/fs/cgroup/system.slice/app.service/memory.max": "68719476736\n",
+		}, memoryFigure{16 * gib, "MemTotal"}, true},
+		{"v2 limit, no meminfo", math.MaxInt64, map[string]string{
+			"/proc/self/cgroup": v2, "/sys/fs/cgroup/system.slice/app.service/memory.max": "2147483648\n",
+		}, memoryFigure{2 * gib, "cgroup memory.max"}, true},
+		{"v1 limit", math.MaxInt64, map[string]string{
+			"/proc/meminfo": meminfo, "/proc/self/cgroup": "5:cpu,cpuacct:/x\n4:memory:/docker/abc\n0::/\n",
+			"/sys/fs/cgroup/memory/docker/abc/memory.limit_in_bytes": "4294967296\n",
+		}, memoryFigure{4 * gib, "cgroup memory.limit_in_bytes"}, true},
+		{"v1 container, its own cgroup at the top", math.MaxInt64, map[string]string{
+			"/proc/meminfo": meminfo, "/proc/self/cgroup": "4:memory:/docker/abc\n",
+			"/sys/fs/cgroup/memory/memory.limit_in_bytes": "4294967296\n",
+		}, memoryFigure{4 * gib, "cgroup memory.limit_in_bytes"}, true},
+		{"v1 unlimited", math.MaxInt64, map[string]string{
+			"/proc/meminfo": meminfo, "/proc/self/cgroup": "4:memory:/\n",
+			"/sys/fs/cgroup/memory/memory.limit_in_bytes": "9223372036854771712\n",
+		}, memoryFigure{16 * gib, "MemTotal"}, true},
+		{"gomemlimit over cgroup", 3 * gib, map[string]string{
+			"/proc/meminfo": meminfo, "/proc/self/cgroup": "0::/\n", "/sys/fs/cgroup/memory.max": "536870912\n",
+		}, memoryFigure{3 * gib, "GOMEMLIMIT"}, true},
+	}
+	for _, tt := range tests {
+		readFile := func(name string) ([]byte, error) {
+			if b, ok := tt.files[name]; ok {
+				return []byte(b), nil
+			}
+			return nil, fs.ErrNotExist
+		}
+		got, ok := processMemory(tt.goMemLimit, readFile)
+		if got != tt.want || ok != tt.ok {
+			t.Errorf("%s: processMemory = %+v, %v; want %+v, %v", tt.name, got, ok, tt.want, tt.ok)
+		}
+	}
+}
+
+// TestLocalCacheDefault: unset, LOCAL_CACHE_BYTES is a sixteenth of the
+// memory figure, within its bounds, and a fixed size without a figure.
+func TestLocalCacheDefault(t *testing.T) {
+	tests := []struct {
+		mem   int64
+		known bool
+		want  int64
+	}{
+		{1 << 30, true, 64 << 20},           // 1 GiB: a sixteenth
+		{16 << 30, true, 256 << 20},         // 16 GiB: a sixteenth is the ceiling
+		{64 << 30, true, 256 << 20},         // past it: the ceiling
+		{512 << 20, true, 32 << 20},         // 512 MiB
+		{16 << 20, true, 2 << 20},           // 16 MiB: a sixteenth is 1 MiB, under the floor
+		{1, true, 2 << 20},                  // nonsense: the floor
+		{0, false, fallbackLocalCacheBytes}, // nothing known
+	}
+	for _, tt := range tests {
+		got, how := localCacheDefault(memoryFigure{tt.mem, "MemTotal"}, tt.known)
+		if got != tt.want {
+			t.Errorf("localCacheDefault(%d bytes, known %v) = %d, want %d (%s)", tt.mem, tt.known, got, tt.want, how)
+		}
+		if how == "" || tt.known && !strings.Contains(how, "MemTotal") {
+			t.Errorf("localCacheDefault(%d bytes) says %q, want where the figure came from", tt.mem, how)
 		}
 	}
 }

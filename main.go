@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 	"time"
 
@@ -119,13 +120,22 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		store = cache
 		log.Info("cache enabled", "redis", cfg.redis.Addr, "ttl", cfg.cacheTTL, "timeout", cfg.redisTimeout)
 	}
-	if cfg.localCache > 0 && cfg.databaseURL != "" {
+	if _, inMemory := store.(*memoryStore); !inMemory {
+		// Under the local cache, which answers a hot link without it;
+		// over Redis and Postgres, whose calls it saves (flight.go).
+		store = newFlightStore(store, m.coalescedCounter())
+	}
+	if cfg.localCacheBytes != 0 && cfg.databaseURL != "" {
 		// (The memory store is a map already: a second one in front of
 		// it would only cost a lock.)
-		if store, err = newLocalCache(store, cfg.localCache, cfg.localCacheTTL, m.cacheResults("local")); err != nil {
+		size, sizedBy := cfg.localCacheBytes, "LOCAL_CACHE_BYTES"
+		if size == localCacheAuto {
+			size, sizedBy = localCacheDefault(processMemory(debug.SetMemoryLimit(-1), os.ReadFile))
+		}
+		if store, err = newLocalCache(store, size, cfg.localCacheTTL, m.cacheResults("local")); err != nil {
 			return err
 		}
-		log.Info("local cache enabled", "size", cfg.localCache, "ttl", cfg.localCacheTTL)
+		log.Info("local cache enabled", "bytes", size, "sized_by", sizedBy, "ttl", cfg.localCacheTTL)
 	}
 	var limiter *createLimiter
 	if cfg.limits.createRate > 0 {
@@ -237,6 +247,7 @@ func openStore(ctx context.Context, cfg config, m *metrics, log *slog.Logger) (S
 	if err != nil {
 		return nil, nil, err
 	}
+	pg.lookups = m.dbLookups()
 	if cfg.createBatch > 1 {
 		if err := pg.startGroupCommit(ctx, cfg.createBatch, m.createBatchObserver()); err != nil {
 			pg.Close() //nolint:errcheck // the start error is the one worth returning
@@ -251,6 +262,7 @@ func openStore(ctx context.Context, cfg config, m *metrics, log *slog.Logger) (S
 			pg.Close() //nolint:errcheck // the replica's error is the one worth returning
 			return nil, nil, fmt.Errorf("replica: %w", err)
 		}
+		replica.lookups = m.dbLookups() // the same series: queries, wherever they went
 		m.watchReplica(replica.db)
 		log.Info("reads from a replica", "max_open_conns", pool.maxOpen)
 		return &replicaReads{Store: pg, replica: replica, counts: m.replicaResults(), timeout: cfg.pool.timeout},

@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"regexp"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -263,6 +264,9 @@ func TestRunRefusesBadConfig(t *testing.T) {
 		{"ADDR": "not an address", "METRICS_ADDR": "127.0.0.1:0"},
 		{"ADDR": "127.0.0.1:0", "REDIS_URL": "localhost:6379"},
 		{"ADDR": "127.0.0.1:0", "METRICS_ADDR": "not an address"},
+		// A count of links, read as bytes or ignored, would resize the
+		// cache without a word.
+		{"ADDR": "127.0.0.1:0", "METRICS_ADDR": "127.0.0.1:0", "LOCAL_CACHE_SIZE": "10000"},
 	}
 	for _, env := range tests {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -284,6 +288,14 @@ func TestRunWithPostgres(t *testing.T) {
 	base, stop, logs := startRun(t, env)
 	if !strings.Contains(logs.String(), "store=postgres") {
 		t.Errorf("log does not say store=postgres:\n%s", logs)
+	}
+	// LOCAL_CACHE_BYTES unset: sized from this machine's memory, within
+	// the default's bounds, and the log says how.
+	m := regexp.MustCompile(`msg="local cache enabled" bytes=(\d+) sized_by="(1/16 of [^"]+|no memory figure[^"]+)"`).FindStringSubmatch(logs.String())
+	if m == nil {
+		t.Errorf("log does not say how large the local cache is, and why:\n%s", logs)
+	} else if n, err := strconv.ParseInt(m[1], 10, 64); err != nil || n < minDefaultLocalCacheBytes || n > maxDefaultLocalCacheBytes {
+		t.Errorf("local cache of %s bytes, want %d to %d", m[1], minDefaultLocalCacheBytes, maxDefaultLocalCacheBytes)
 	}
 	code := shorten(t, base, "https://go.dev/blog/")
 	if err := stop(); err != nil {
@@ -323,7 +335,7 @@ func TestRunWithRedis(t *testing.T) {
 		"ADDR": "127.0.0.1:0", "DATABASE_URL": testDatabase(t), "REDIS_URL": redisURL, "CACHE_TTL": "42s",
 		"REDIS_KEY_PREFIX": prefix,
 		// The local cache would answer the second redirect without Redis.
-		"LOCAL_CACHE_SIZE": "0",
+		"LOCAL_CACHE_BYTES": "0",
 	})
 	if !strings.Contains(logs.String(), "cache enabled") {
 		t.Errorf("log does not say the cache is on:\n%s", logs)

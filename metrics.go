@@ -60,19 +60,21 @@ var clickFlushBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 
 // are labelled by the pattern that matched ("GET /{code}"), methods and
 // statuses by a fixed set of values.
 type metrics struct {
-	reg      *prometheus.Registry
-	requests *prometheus.CounterVec                      // method, route, status
-	duration *prometheus.HistogramVec                    // route
-	inFlight atomic.Int64                                // requests being served, read by a GaugeFunc at a scrape
-	seen     atomic.Pointer[map[seriesKey]requestSeries] // see series
-	seenMu   sync.Mutex
-	shed     prometheus.Counter // 503: MAX_IN_FLIGHT reached
-	limited  prometheus.Counter // 429: CREATE_RATE reached
-	cache    *prometheus.CounterVec
-	batch    prometheus.Histogram
-	flush    prometheus.Histogram
-	creates  prometheus.Histogram // links per group commit
-	replica  *prometheus.CounterVec
+	reg       *prometheus.Registry
+	requests  *prometheus.CounterVec                      // method, route, status
+	duration  *prometheus.HistogramVec                    // route
+	inFlight  atomic.Int64                                // requests being served, read by a GaugeFunc at a scrape
+	seen      atomic.Pointer[map[seriesKey]requestSeries] // see series
+	seenMu    sync.Mutex
+	shed      prometheus.Counter // 503: MAX_IN_FLIGHT reached
+	limited   prometheus.Counter // 429: CREATE_RATE reached
+	cache     *prometheus.CounterVec
+	batch     prometheus.Histogram
+	flush     prometheus.Histogram
+	creates   prometheus.Histogram // links per group commit
+	replica   *prometheus.CounterVec
+	lookups   *prometheus.CounterVec // Postgres lookup queries, by result
+	coalesced prometheus.Counter     // lookups answered by another caller's flight
 }
 
 func newMetrics(reg *prometheus.Registry) *metrics {
@@ -110,6 +112,14 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 	m.replica = f(prometheus.NewCounterVec(prometheus.CounterOpts(opts("replica_reads_total",
 		"Reads sent to the replica (DATABASE_REPLICA_URL), by result: hit; missed (not found there, asked of the primary); failed (asked of the primary).")),
 		[]string{"result"})).(*prometheus.CounterVec)
+	// A query per code, primary and replica alike, whatever a cache in
+	// front answered: queries over distinct codes is what a cold start
+	// costs Postgres (flight.go keeps it near one).
+	m.lookups = f(prometheus.NewCounterVec(prometheus.CounterOpts(opts("db_lookups_total",
+		"Lookup queries sent to Postgres, primary and replica, by result (found, not_found, error).")),
+		[]string{"result"})).(*prometheus.CounterVec)
+	m.coalesced = f(prometheus.NewCounter(prometheus.CounterOpts(opts("lookups_coalesced_total",
+		"Lookups that missed the local cache and were answered by another caller's lookup of the same code, already under way.")))).(prometheus.Counter)
 	reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -123,6 +133,9 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 		for _, r := range []string{"hit", "miss", "error", "skipped"} {
 			m.cache.WithLabelValues(c, r)
 		}
+	}
+	for _, r := range []string{"found", "not_found", "error"} {
+		m.lookups.WithLabelValues(r)
 	}
 	return m
 }
@@ -187,6 +200,30 @@ func (m *metrics) replicaResults() replicaResults {
 		missed: m.replica.WithLabelValues("missed"),
 		failed: m.replica.WithLabelValues("failed"),
 	}
+}
+
+// dbLookups are the counters of a Postgres store's lookup queries, one
+// per result.
+type dbLookups struct{ found, notFound, err counter }
+
+// dbLookups hands out the same three series to the primary and the
+// replica: what is counted is queries, wherever they went.
+func (m *metrics) dbLookups() dbLookups {
+	if m == nil {
+		return dbLookups{noCount{}, noCount{}, noCount{}}
+	}
+	return dbLookups{
+		found:    m.lookups.WithLabelValues("found"),
+		notFound: m.lookups.WithLabelValues("not_found"),
+		err:      m.lookups.WithLabelValues("error"),
+	}
+}
+
+func (m *metrics) coalescedCounter() counter {
+	if m == nil {
+		return noCount{}
+	}
+	return m.coalesced
 }
 
 // watchReplica exports the replica's pool, as watchDB the primary's.

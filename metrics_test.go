@@ -147,6 +147,10 @@ func TestMetricsSeriesDoNotGrow(t *testing.T) {
 		`shortener_http_request_duration_seconds_bucket{route="GET /{code}",le="0.0001"}`,
 		`shortener_cache_lookups_total{cache="local",result="hit"}`,
 		`shortener_cache_lookups_total{cache="redis",result="miss"}`,
+		`shortener_db_lookups_total{result="found"}`,
+		`shortener_db_lookups_total{result="not_found"}`,
+		`shortener_db_lookups_total{result="error"}`,
+		`shortener_lookups_coalesced_total `,
 		`shortener_click_queue_depth `,
 		`shortener_click_batch_size_bucket{le="1"}`,
 		`shortener_redis_pool_connections `,
@@ -157,6 +161,10 @@ func TestMetricsSeriesDoNotGrow(t *testing.T) {
 		if !strings.Contains(text, want) {
 			t.Errorf("/metrics has no %s", want)
 		}
+	}
+	// Each new link was followed, so Postgres was asked: run must count it.
+	if strings.Contains(text, "\nshortener_db_lookups_total{result=\"found\"} 0\n") {
+		t.Error("/metrics counts no lookup query after 502 new links were followed")
 	}
 }
 

@@ -36,6 +36,7 @@ func TestReplicaReadsFallBack(t *testing.T) {
 	openTestStoreOn(t, behindDSN) // makes the schema there
 	behind := openReplicaOn(t, behindDSN)
 	m := newMetrics(prometheus.NewRegistry())
+	primary.lookups, behind.lookups = m.dbLookups(), m.dbLookups()
 	r := &replicaReads{Store: primary, replica: behind, counts: m.replicaResults()}
 	ctx := context.Background()
 
@@ -65,6 +66,17 @@ func TestReplicaReadsFallBack(t *testing.T) {
 			t.Errorf("replica reads %s = %v, want %v", tt.result, got, tt.want)
 		}
 	}
+	// Every query counts, on either server: fresh01 missed on the replica
+	// and found on the primary, onrepl1 found on the replica, nothere
+	// missed on both. (Link is not a lookup.)
+	for _, tt := range []struct {
+		result string
+		want   float64
+	}{{"found", 2}, {"not_found", 3}, {"error", 0}} {
+		if got := testutil.ToFloat64(m.lookups.WithLabelValues(tt.result)); got != tt.want {
+			t.Errorf("db lookups %s = %v, want %v", tt.result, got, tt.want)
+		}
+	}
 }
 
 // TestReplicaReadsFailing points the replica at a database without the
@@ -74,6 +86,7 @@ func TestReplicaReadsFailing(t *testing.T) {
 	primary := openTestStore(t)
 	broken := openReplicaOnUnprepared(t, testDatabase(t))
 	m := newMetrics(prometheus.NewRegistry())
+	primary.lookups, broken.lookups = m.dbLookups(), m.dbLookups()
 	r := &replicaReads{Store: primary, replica: broken, counts: m.replicaResults()}
 	ctx := context.Background()
 	if err := r.Save(ctx, "saved01", "https://go.dev/"); err != nil {
@@ -84,6 +97,15 @@ func TestReplicaReadsFailing(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(m.replica.WithLabelValues("failed")); got != 1 {
 		t.Errorf("replica reads failed = %v, want 1", got)
+	}
+	// Two queries: the replica's failed, the primary's found the link.
+	for _, tt := range []struct {
+		result string
+		want   float64
+	}{{"found", 1}, {"not_found", 0}, {"error", 1}} {
+		if got := testutil.ToFloat64(m.lookups.WithLabelValues(tt.result)); got != tt.want {
+			t.Errorf("db lookups %s = %v, want %v", tt.result, got, tt.want)
+		}
 	}
 }
 

@@ -67,6 +67,10 @@ type pgStore struct {
 	// group, when not nil, saves links in batches, one commit each
 	// (CREATE_BATCH, groupcommit.go).
 	group *groupCommit
+	// lookups counts Lookup's queries by result: here, where the query
+	// is made, so that every cache and flight in front is seen through.
+	// Counting nothing until run hands it the metrics' counters.
+	lookups dbLookups
 }
 
 // poolConfig sizes database/sql's connection pool (see loadConfig for the
@@ -120,7 +124,7 @@ func connectPostgres(ctx context.Context, dsn string, pool poolConfig) (*pgStore
 	db.SetMaxIdleConns(pool.maxIdle)
 	db.SetConnMaxIdleTime(pool.maxIdleTime)
 	db.SetConnMaxLifetime(pool.maxLifetime)
-	s := &pgStore{db: db, timeout: pool.timeout}
+	s := &pgStore{db: db, timeout: pool.timeout, lookups: (*metrics)(nil).dbLookups()}
 	if !pool.readOnly {
 		if err := s.migrate(ctx); err != nil {
 			db.Close() //nolint:errcheck // the migrate error is the one worth returning
@@ -287,11 +291,14 @@ func (s *pgStore) Lookup(ctx context.Context, code string) (string, error) {
 		return row.Scan(&url)
 	})
 	if errors.Is(err, sql.ErrNoRows) {
+		s.lookups.notFound.Inc()
 		return "", ErrNotFound
 	}
 	if err != nil {
+		s.lookups.err.Inc()
 		return "", fmt.Errorf("store: lookup %q: %w", code, deadline(ctx, err))
 	}
+	s.lookups.found.Inc()
 	return url, nil
 }
 

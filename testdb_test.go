@@ -119,6 +119,11 @@ func forEachStore(t *testing.T, fn func(t *testing.T, store Store)) {
 		dsn := testDatabase(t)
 		fn(t, &replicaReads{Store: openTestStoreOn(t, dsn), replica: openReplicaOn(t, dsn), counts: (*metrics)(nil).replicaResults()})
 	})
+	t.Run("postgres+redis, coalesced", func(t *testing.T) {
+		opts, prefix := testRedis(t)
+		c, _ := newTestCache(t, openTestStore(t), opts, prefix, discardLog)
+		fn(t, newFlightStore(c, noCount{}))
+	})
 	t.Run("postgres+redis", func(t *testing.T) {
 		opts, prefix := testRedis(t)
 		c, _ := newTestCache(t, openTestStore(t), opts, prefix, discardLog)
@@ -127,7 +132,7 @@ func forEachStore(t *testing.T, fn func(t *testing.T, store Store)) {
 	t.Run("postgres+redis+local", func(t *testing.T) {
 		opts, prefix := testRedis(t)
 		c, _ := newTestCache(t, openTestStore(t), opts, prefix, discardLog)
-		l, err := newLocalCache(c, 100, defaultLocalCacheTTL, (*metrics)(nil).cacheResults("local"))
+		l, err := newLocalCache(c, minLocalCacheBytes, defaultLocalCacheTTL, (*metrics)(nil).cacheResults("local"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -140,6 +145,9 @@ func countLinks(t *testing.T, store Store) int {
 	t.Helper()
 	if c, ok := store.(*localCache); ok {
 		store = c.Store
+	}
+	if f, ok := store.(*flightStore); ok {
+		store = f.Store
 	}
 	if c, ok := store.(*cachedStore); ok {
 		store = c.Store

@@ -93,7 +93,7 @@ sh "$here/bench.sh" -n "$runs" -d "$dur" -c "$conc" -w "$warm" -p "$pid" -k "$co
 	-l "limits.sh: redirect, $label08, defaults (local cache, in-flight limit, clicks queued)" \
 	-o "$out/08-redirect-local.txt" redirect "$base"
 stop
-for v in "redis LOCAL_CACHE_SIZE=0" "nolimit MAX_IN_FLIGHT=0"; do
+for v in "redis LOCAL_CACHE_BYTES=0" "nolimit MAX_IN_FLIGHT=0"; do
 	name=${v%% *} setting=${v#* }
 	start 08 "$setting"
 	sh "$here/bench.sh" -n "$runs" -d "$dur" -c "$conc" -w "$warm" -p "$pid" -k "$code" \
@@ -109,7 +109,7 @@ for v in "nolimit CREATE_RATE=0" "limit CREATE_RATE=1000000 CREATE_BURST=1000000
 	stop
 done
 # Zipf: how much of real-looking traffic the local cache keeps from Redis.
-for v in "local LOCAL_CACHE_SIZE=10000" "redis LOCAL_CACHE_SIZE=0"; do
+for v in "local LOCAL_CACHE_BYTES=2MiB" "redis LOCAL_CACHE_BYTES=0"; do
 	name=${v%% *} setting=${v#* }
 	start 08 "$setting"
 	sh "$here/vload.sh" -r 0 -w 50 -d "$zdur" -t "$tmp/zipf" -o "$tmp/zipf-warm-$name.txt"

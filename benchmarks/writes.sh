@@ -18,7 +18,7 @@
 #            Postgres. Group commit, then a transaction per create.
 #   scale    a second database seeded with 10,000,000 links (timed, sizes
 #            against shared_buffers); redirects with no cache (no Redis,
-#            LOCAL_CACHE_SIZE=0) at a fixed rate, uniform and Zipf, on it
+#            LOCAL_CACHE_BYTES=0) at a fixed rate, uniform and Zipf, on it
 #            and on the 500,000-link database (vload.sh).
 #   replica  a streaming replica (deploy/replica.sh) read by the app
 #            (DATABASE_REPLICA_URL, no cache); its lag, sampled every half
@@ -238,7 +238,7 @@ if want scale; then
 	} >"$out/10-scale-sizes.txt"
 	# A copy of the app on each database, no cache of any kind, clicks off:
 	# every redirect is a lookup in Postgres.
-	nocache="LOCAL_CACHE_SIZE=0 CLICKS=off REDIS_URL="
+	nocache="LOCAL_CACHE_BYTES=0 CLICKS=off REDIS_URL="
 	# shellcheck disable=SC2086 # the settings split on purpose
 	{
 		start big DATABASE_URL="$bigurl" $nocache
@@ -254,7 +254,7 @@ if want scale; then
 			sh "$here/targets.sh" -n "$distinct" -s "$s" -k 100000 "$b" >"$tmp/t-$v-$dist"
 			b0=$(blks "$u")
 			DATABASE_URL=$u sh "$here/vload.sh" -r "$srate" -d "$sdur" -p "$p" -t "$tmp/t-$v-$dist" \
-				-l "writes.sh: redirects with no cache at $srate/s, $dist over $n links (LOCAL_CACHE_SIZE=0, no Redis, CLICKS=off)" \
+				-l "writes.sh: redirects with no cache at $srate/s, $dist over $n links (LOCAL_CACHE_BYTES=0, no Redis, CLICKS=off)" \
 				-o "$out/10-scale-$v-$dist.txt"
 			echo "$b0 $(blks "$u")" | tr '|' ' ' | awk -v f="10-scale-$v-$dist" '{h = $3 - $1; r = $4 - $2; printf "# %s: shared_buffers hits %d, reads %d (from the OS or disk): %.1f%% hits\n", f, h, r, (h + r) ? 100 * h / (h + r) : 0}' >>"$out/10-scale-sizes.txt"
 		done
@@ -280,7 +280,7 @@ if want replica; then
 		sleep 0.2
 	done
 	# shellcheck disable=SC2086 # the settings split on purpose
-	start rep DATABASE_REPLICA_URL="$repurl" LOCAL_CACHE_SIZE=0 REDIS_URL= CREATE_RATE=0
+	start rep DATABASE_REPLICA_URL="$repurl" LOCAL_CACHE_BYTES=0 REDIS_URL= CREATE_RATE=0
 	mbase=$(sed -n 's/.*msg="metrics listening" addr=\([^ ]*\).*/http:\/\/\1/p' "$tmp/rep.log")
 	missed() { curl -fsS "$mbase/metrics" | awk '/^shortener_replica_reads_total\{result="missed"\}/ {print $2 + 0}'; }
 	lagrow() { psql "$admin" -XAt -F ' ' -c "select to_char(clock_timestamp(), 'HH24:MI:SS.MS'), pg_wal_lsn_diff(pg_current_wal_lsn(), replay_lsn), coalesce(extract(epoch from replay_lag) * 1000, 0) from pg_stat_replication" | head -n 1; }
@@ -291,7 +291,7 @@ if want replica; then
 		echo "# a streaming replica under create load: lag, and reads right after a create"
 		stamp "part replica"
 		echo "# replica: deploy/replica.sh (pg_basebackup -R -X stream, hot standby, asynchronous), on this machine; app: DATABASE_REPLICA_URL set,"
-		echo "#          LOCAL_CACHE_SIZE=0, no Redis, CREATE_RATE=0: every redirect reads the replica first, the primary when the replica has no such code"
+		echo "#          LOCAL_CACHE_BYTES=0, no Redis, CREATE_RATE=0: every redirect reads the replica first, the primary when the replica has no such code"
 		echo "#"
 		echo "# 1. idle, no other load: go run ./benchmarks/ryw -n $pairs"
 		m0=$(missed)
