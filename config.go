@@ -117,6 +117,26 @@ type config struct {
 	// (see idleConnLimit). 0 = no cap.
 	idleConnsMax int
 
+	// bloom is BLOOM: with Postgres, a Bloom filter of every code in
+	// front of the store answers most unknown codes without a query
+	// (bloom.go).
+	bloom bool
+	// bloomFPRate is BLOOM_FP_RATE: the share of unknown codes the filter
+	// is sized to let through to the store anyway (false positives).
+	bloomFPRate float64
+	// bloomAckTimeout is BLOOM_ACK_TIMEOUT: how long a create waits for
+	// every instance to say it added the new code (bloomfeed.go).
+	bloomAckTimeout time.Duration
+	// bloomSweep is BLOOM_SWEEP: how often the filter reads the codes
+	// created since the last time from Postgres, in case the feed
+	// missed any (bloomsweep.go); 0 = never.
+	bloomSweep time.Duration
+	// negCacheSize and negCacheTTL are NEG_CACHE_SIZE and NEG_CACHE_TTL:
+	// how many codes the store said it does not have are remembered, and
+	// for how long (negcache.go); size 0 = none.
+	negCacheSize int
+	negCacheTTL  time.Duration
+
 	// warnings are settings that are allowed but risky, for run to log
 	// once the logger exists.
 	warnings []string
@@ -233,6 +253,33 @@ const defaultMetricsAddr = "127.0.0.1:6060"
 // statement's arrays small.
 const defaultCreateBatch = 128
 
+// The Bloom filter's defaults. One unknown code in a hundred reaching the
+// store is the target for a flood (at most 1% to Postgres), and
+// costs about 9.6 bits a code: 24 MB for ten million codes sized at twice
+// that. A create waits up to 50 ms for the other instances to add its
+// code: a Redis round trip and a map write each, a few hundred
+// microseconds on a healthy network; past it the create answers anyway.
+//
+// A code the feed failed to deliver is found by the sweep within 10 s: a
+// query every 10 s reading the last 15 s or so of creates, from the
+// BRIN index, is nothing next to the creates themselves.
+const (
+	defaultBloomFPRate     = 0.01
+	defaultBloomAckTimeout = 50 * time.Millisecond
+	defaultBloomSweep      = 10 * time.Second
+)
+
+// The negative cache's defaults: 100,000 codes (a few megabytes) for five
+// seconds, long enough to absorb a scanner repeating itself or a typo
+// clicked by a whole mailing list, short enough that nothing stays long.
+// (A create removes its code at once: the TTL bounds memory, not
+// staleness.)
+const (
+	defaultNegCacheSize = 100_000
+	maxNegCacheSize     = 10_000_000
+	defaultNegCacheTTL  = 5 * time.Second
+)
+
 // defaultConfig is the configuration with nothing set.
 func defaultConfig() config {
 	return config{
@@ -254,6 +301,12 @@ func defaultConfig() config {
 		localCacheTTL:   defaultLocalCacheTTL,
 		redisPrefix:     defaultRedisPrefix,
 		idleConnsMax:    defaultIdleConnsMax,
+		bloom:           true,
+		bloomFPRate:     defaultBloomFPRate,
+		bloomAckTimeout: defaultBloomAckTimeout,
+		bloomSweep:      defaultBloomSweep,
+		negCacheSize:    defaultNegCacheSize,
+		negCacheTTL:     defaultNegCacheTTL,
 		limits: limitConfig{
 			maxInFlight: defaultMaxInFlight,
 			createRate:  defaultCreateRate,
@@ -375,6 +428,14 @@ func loadConfig(getenv func(string) string) (config, error) {
 			cfg.redis = opts
 		}
 	}
+	cfg.bloom = env.oneOf("BLOOM", "on", "on", "off") == "on"
+	cfg.bloomFPRate = read(&env, "BLOOM_FP_RATE", cfg.bloomFPRate, "want a decimal fraction above 0 and below 0.5, like 0.01", parseFPRate)
+	cfg.bloomAckTimeout = env.durationIn("BLOOM_ACK_TIMEOUT", cfg.bloomAckTimeout, time.Millisecond, 10*time.Second)
+	// Under a second, each sweep would read back its margin (DB_TIMEOUT
+	// and 5 s) many times over; past an hour, it is no backstop.
+	cfg.bloomSweep = env.durationOrZero("BLOOM_SWEEP", cfg.bloomSweep, time.Second, time.Hour)
+	cfg.negCacheSize = env.intIn("NEG_CACHE_SIZE", cfg.negCacheSize, 0, maxNegCacheSize)
+	cfg.negCacheTTL = env.durationIn("NEG_CACHE_TTL", cfg.negCacheTTL, 10*time.Millisecond, 10*time.Minute)
 	cfg.clicks.mode = env.oneOf("CLICKS", cfg.clicks.mode, "queue", "sync", "off")
 	cfg.clicks.storage = env.oneOf("CLICK_STORAGE", cfg.clicks.storage, "counts", "rows")
 	if cfg.clicks.storage == "rows" && cfg.databaseURL == "" {
@@ -545,6 +606,18 @@ func parseDigits(s string) (int, error) {
 		return 0, fmt.Errorf("parse %q: %w", s, err)
 	}
 	return n, nil
+}
+
+// parseFPRate reads a false-positive rate: digits with at most one decimal
+// point ("0.01", ".001"), no sign, exponent, spaces or words (ParseFloat
+// alone takes "1e-2", "+0.01", "NaN" and "Inf"), above 0 and below 0.5: a
+// filter that lets half the unknown codes through is not worth its memory.
+func parseFPRate(raw string) (float64, bool) {
+	if strings.Count(raw, ".") > 1 || strings.ContainsFunc(raw, func(r rune) bool { return r != '.' && (r < '0' || r > '9') }) {
+		return 0, false
+	}
+	p, err := strconv.ParseFloat(raw, 64)
+	return p, err == nil && p > 0 && p < 0.5
 }
 
 // parseBytes reads a size: digits alone (bytes), or digits followed by KiB,

@@ -163,6 +163,44 @@ func TestLoadConfig(t *testing.T) {
 			return c
 		}(), false},
 		{"metrics on the public port", map[string]string{"ADDR": ":9000", "METRICS_ADDR": ":9000"}, config{}, true},
+		{"bloom and negative cache", map[string]string{"BLOOM": "off", "BLOOM_FP_RATE": "0.001", "BLOOM_ACK_TIMEOUT": "200ms",
+			"NEG_CACHE_SIZE": "0", "NEG_CACHE_TTL": "1m"}, func() config {
+			c := defaultConfig()
+			c.bloom, c.bloomFPRate, c.bloomAckTimeout, c.negCacheSize, c.negCacheTTL = false, 0.001, 200*time.Millisecond, 0, time.Minute
+			return c
+		}(), false},
+		{"bloom on", map[string]string{"BLOOM": "on", "BLOOM_FP_RATE": ".25", "NEG_CACHE_SIZE": "10000000"}, func() config {
+			c := defaultConfig()
+			c.bloomFPRate, c.negCacheSize = 0.25, 10_000_000
+			return c
+		}(), false},
+		{"bloom true", map[string]string{"BLOOM": "true"}, config{}, true},
+		{"bloom upper case", map[string]string{"BLOOM": "ON"}, config{}, true},
+		{"bloom fp rate zero", map[string]string{"BLOOM_FP_RATE": "0"}, config{}, true},
+		{"bloom fp rate a half", map[string]string{"BLOOM_FP_RATE": "0.5"}, config{}, true},
+		{"bloom fp rate one", map[string]string{"BLOOM_FP_RATE": "1"}, config{}, true},
+		{"bloom fp rate exponent", map[string]string{"BLOOM_FP_RATE": "1e-2"}, config{}, true},
+		{"bloom fp rate plus", map[string]string{"BLOOM_FP_RATE": "+0.01"}, config{}, true},
+		{"bloom fp rate negative", map[string]string{"BLOOM_FP_RATE": "-0.01"}, config{}, true},
+		{"bloom fp rate nan", map[string]string{"BLOOM_FP_RATE": "NaN"}, config{}, true},
+		{"bloom fp rate two points", map[string]string{"BLOOM_FP_RATE": "0.0.1"}, config{}, true},
+		{"bloom fp rate a point", map[string]string{"BLOOM_FP_RATE": "."}, config{}, true},
+		{"bloom fp rate space", map[string]string{"BLOOM_FP_RATE": " 0.01"}, config{}, true},
+		{"bloom fp rate percent", map[string]string{"BLOOM_FP_RATE": "1%"}, config{}, true},
+		{"bloom ack timeout zero", map[string]string{"BLOOM_ACK_TIMEOUT": "0"}, config{}, true},
+		{"bloom ack timeout no unit", map[string]string{"BLOOM_ACK_TIMEOUT": "50"}, config{}, true},
+		{"bloom ack timeout a minute", map[string]string{"BLOOM_ACK_TIMEOUT": "1m"}, config{}, true},
+		{"bloom sweep off", map[string]string{"BLOOM_SWEEP": "0"}, func() config { c := defaultConfig(); c.bloomSweep = 0; return c }(), false},
+		{"bloom sweep a minute", map[string]string{"BLOOM_SWEEP": "1m"}, func() config { c := defaultConfig(); c.bloomSweep = time.Minute; return c }(), false},
+		{"bloom sweep no unit", map[string]string{"BLOOM_SWEEP": "10"}, config{}, true},
+		{"bloom sweep under a second", map[string]string{"BLOOM_SWEEP": "500ms"}, config{}, true},
+		{"bloom sweep two hours", map[string]string{"BLOOM_SWEEP": "2h"}, config{}, true},
+		{"bloom sweep negative", map[string]string{"BLOOM_SWEEP": "-10s"}, config{}, true},
+		{"bloom sweep words", map[string]string{"BLOOM_SWEEP": "often"}, config{}, true},
+		{"neg cache size negative", map[string]string{"NEG_CACHE_SIZE": "-1"}, config{}, true},
+		{"neg cache size huge", map[string]string{"NEG_CACHE_SIZE": "10000001"}, config{}, true},
+		{"neg cache ttl zero", map[string]string{"NEG_CACHE_TTL": "0"}, config{}, true},
+		{"neg cache ttl an hour", map[string]string{"NEG_CACHE_TTL": "1h"}, config{}, true},
 		{"replica without primary", map[string]string{"DATABASE_REPLICA_URL": "postgres://x"}, config{}, true},
 		{"log format unknown", map[string]string{"LOG_FORMAT": "xml"}, config{}, true},
 		{"access log words", map[string]string{"ACCESS_LOG": "sometimes"}, config{}, true},
@@ -207,6 +245,8 @@ func TestLoadConfigReportsEveryBadVariable(t *testing.T) {
 		"TRUSTED_PROXIES": "::/0", "DB_CONN_MAX_LIFETIME": "1ns", "MAX_IN_FLIGHT": "+5",
 		"METRICS_ADDR": "0.0.0.0:6060", "LOCAL_CACHE_TTL": "0", "IDLE_CONNS_MAX": "-1",
 		"LOCAL_CACHE_BYTES": "8MB", "LOCAL_CACHE_SIZE": "10000",
+		"BLOOM": "yes", "BLOOM_FP_RATE": "1e-2", "BLOOM_ACK_TIMEOUT": "0", "NEG_CACHE_SIZE": "-1", "NEG_CACHE_TTL": "forever",
+		"BLOOM_SWEEP": "soon",
 	}
 	_, err := loadConfig(func(k string) string { return env[k] })
 	if err == nil {
@@ -238,7 +278,7 @@ func TestLoadConfigRedisURL(t *testing.T) {
 // so that none has a second spelling ("+5") or wraps past the int range.
 func TestIntSettingsAreStrict(t *testing.T) {
 	names := []string{"CREATE_BATCH", "DB_MAX_OPEN_CONNS", "DB_MAX_IDLE_CONNS", "MAX_IN_FLIGHT",
-		"CREATE_RATE", "CREATE_BURST", "CLICK_QUEUE_SIZE", "CLICK_BATCH", "IDLE_CONNS_MAX"}
+		"CREATE_RATE", "CREATE_BURST", "CLICK_QUEUE_SIZE", "CLICK_BATCH", "IDLE_CONNS_MAX", "NEG_CACHE_SIZE"}
 	for _, name := range names {
 		for _, raw := range []string{"+5", " 5", "5 ", "5.0", "1e3", "0x5", "1_0", "٥", "99999999999999999999"} {
 			cfg, err := loadConfig(func(k string) string { return map[string]string{name: raw}[k] })

@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"reflect"
 	"strings"
 	"syscall"
 	"testing"
@@ -72,5 +74,25 @@ func TestRetryAfter(t *testing.T) {
 			t.Errorf("%v: Retry-After %q, want %q", tt.err, got, tt.retry)
 		}
 		jsonError(t, rec)
+	}
+}
+
+// TestNotFoundFastPath: a bare ErrNotFound takes writeError's shortcut,
+// and a wrapped one the general way; a client must not be able to tell
+// them apart, header or byte.
+func TestNotFoundFastPath(t *testing.T) {
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	r := httptest.NewRequest("GET", "/AAAAAAA", nil)
+	fast, slow := httptest.NewRecorder(), httptest.NewRecorder()
+	writeError(fast, r, log, ErrNotFound)
+	writeError(slow, r, log, fmt.Errorf("lookup: %w", ErrNotFound))
+	if fast.Code != http.StatusNotFound || slow.Code != http.StatusNotFound {
+		t.Fatalf("status %d and %d, want 404 both", fast.Code, slow.Code)
+	}
+	if !reflect.DeepEqual(fast.Header(), slow.Header()) {
+		t.Errorf("headers differ: %v against %v", fast.Header(), slow.Header())
+	}
+	if fast.Body.String() != slow.Body.String() {
+		t.Errorf("bodies differ: %q against %q", fast.Body.String(), slow.Body.String())
 	}
 }

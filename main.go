@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"sync"
 	"syscall"
 	"time"
 
@@ -120,10 +121,62 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		store = cache
 		log.Info("cache enabled", "redis", cfg.redis.Addr, "ttl", cfg.cacheTTL, "timeout", cfg.redisTimeout)
 	}
+	// The negative cache, the flight, the Bloom filter, and the feed of
+	// creates that keeps the last two right across instances: with
+	// Postgres only (the memory store answers an unknown code from its
+	// map). Without Redis there is no feed, and this instance must be
+	// the only one: it sees every create itself.
+	pg, _ := base.(*pgStore)
+	var neg *negCache
+	if pg != nil && cfg.negCacheSize > 0 {
+		// Under the flight: the ticket that keeps a stale "not found"
+		// out (negcache.go) must be taken before the query, by the one
+		// lookup that makes it. Over it, a caller joining a flight
+		// begun before a create could take its ticket after the create,
+		// and store the flight's older answer.
+		neg = newNegCache(store, cfg.negCacheSize, cfg.negCacheTTL, rdb == nil, m.negCacheHits())
+		m.watchNegCache(neg)
+		store = neg
+		log.Info("negative cache enabled", "size", cfg.negCacheSize, "ttl", cfg.negCacheTTL)
+	}
 	if _, inMemory := store.(*memoryStore); !inMemory {
 		// Under the local cache, which answers a hot link without it;
 		// over Redis and Postgres, whose calls it saves (flight.go).
 		store = newFlightStore(store, m.coalescedCounter())
+	}
+	var bf *bloomStore
+	if pg != nil && cfg.bloom {
+		bf = newBloomStore(store, pg.db, cfg.bloomFPRate, rdb == nil, m.bloomCounts(), log)
+		// The sweep backs the feed up (bloomsweep.go); what it finds, it
+		// drops from the negative cache too.
+		bf.sweepEvery, bf.sweepMargin, bf.neg = cfg.bloomSweep, sweepMarginFor(cfg.pool.timeout), neg
+		m.watchBloom(bf)
+		store = bf
+		log.Info("bloom filter enabled; building in the background", "fp_rate", cfg.bloomFPRate,
+			"ack_timeout", cfg.bloomAckTimeout, "feed", rdb != nil, "sweep", cfg.bloomSweep, "sweep_margin", bf.sweepMargin)
+	}
+	if bf != nil || neg != nil {
+		if rdb == nil {
+			// One instance sees every create itself, so it can trust
+			// its own filter as soon as it is built. A second one would
+			// not hear of the first's creates.
+			log.Warn("no REDIS_URL: one instance assumed; the bloom filter is trusted once built, and it and the negative cache " +
+				"hear only of this instance's creates; with more instances set BLOOM=off and NEG_CACHE_SIZE=0, or set REDIS_URL")
+		}
+		feed := newCodeFeed(rdb, cfg.redisPrefix, cfg.bloomAckTimeout, bf, neg, m.bloomCounts(), log)
+		store = &announcingStore{Store: store, feed: feed}
+		// Their own context, ended after the HTTP server has stopped
+		// (defers run in reverse), and before Redis and Postgres close.
+		bctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		var wg sync.WaitGroup
+		wg.Go(func() { feed.run(bctx) })
+		if bf != nil {
+			wg.Go(func() { bf.run(bctx) })
+		}
+		defer func() {
+			cancel()
+			wg.Wait()
+		}()
 	}
 	if cfg.localCacheBytes != 0 && cfg.databaseURL != "" {
 		// (The memory store is a map already: a second one in front of

@@ -75,6 +75,23 @@ type metrics struct {
 	replica   *prometheus.CounterVec
 	lookups   *prometheus.CounterVec // Postgres lookup queries, by result
 	coalesced prometheus.Counter     // lookups answered by another caller's flight
+	bloom     bloomMetrics
+	negHits   prometheus.Counter // lookups answered by the negative cache
+}
+
+// bloomMetrics are the Bloom filter's and its feed's own series (bloom.go,
+// bloomfeed.go).
+type bloomMetrics struct {
+	lookups         *prometheus.CounterVec // by result: no, maybe, untrusted
+	falsePositives  prometheus.Counter
+	ackTimeouts     prometheus.Counter
+	publishFailures prometheus.Counter
+	resyncs         prometheus.Counter
+	badMessages     prometheus.Counter
+	buildSeconds    prometheus.Gauge
+	sweeps          *prometheus.CounterVec // by result: ok, failed
+	sweepCodes      prometheus.Counter
+	sweepMissed     prometheus.Counter
 }
 
 func newMetrics(reg *prometheus.Registry) *metrics {
@@ -120,6 +137,30 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 		[]string{"result"})).(*prometheus.CounterVec)
 	m.coalesced = f(prometheus.NewCounter(prometheus.CounterOpts(opts("lookups_coalesced_total",
 		"Lookups that missed the local cache and were answered by another caller's lookup of the same code, already under way.")))).(prometheus.Counter)
+	m.bloom.lookups = f(prometheus.NewCounterVec(prometheus.CounterOpts(opts("bloom_lookups_total",
+		"Lookups the Bloom filter answered, by result: no (unknown for sure, answered 404 with no query), maybe (passed to the store), untrusted (passed to the store because the filter is not built yet, or may be missing codes: see shortener_bloom_trusted).")),
+		[]string{"result"})).(*prometheus.CounterVec)
+	m.bloom.falsePositives = f(prometheus.NewCounter(prometheus.CounterOpts(opts("bloom_false_positives_total",
+		"Lookups the Bloom filter said maybe to that the store then did not find.")))).(prometheus.Counter)
+	m.bloom.ackTimeouts = f(prometheus.NewCounter(prometheus.CounterOpts(opts("bloom_ack_timeouts_total",
+		"Creates answered before every instance said it had added the new code (BLOOM_ACK_TIMEOUT).")))).(prometheus.Counter)
+	m.bloom.publishFailures = f(prometheus.NewCounter(prometheus.CounterOpts(opts("bloom_publish_failures_total",
+		"New codes that could not be published to the other instances at once (Redis failing); each is published again once Redis answers.")))).(prometheus.Counter)
+	m.bloom.resyncs = f(prometheus.NewCounter(prometheus.CounterOpts(opts("bloom_resyncs_total",
+		"Times the Bloom filter re-read the codes created while its feed was down, from Postgres.")))).(prometheus.Counter)
+	m.bloom.badMessages = f(prometheus.NewCounter(prometheus.CounterOpts(opts("bloom_feed_bad_messages_total",
+		"Messages on the code feed's channels that were not what an instance sends, ignored.")))).(prometheus.Counter)
+	m.bloom.buildSeconds = f(prometheus.NewGauge(prometheus.GaugeOpts(opts("bloom_build_seconds",
+		"How long the last build of the Bloom filter from Postgres took.")))).(prometheus.Gauge)
+	m.bloom.sweeps = f(prometheus.NewCounterVec(prometheus.CounterOpts(opts("bloom_sweeps_total",
+		"Sweeps that read the codes created since the last one from Postgres into the Bloom filter (BLOOM_SWEEP), by result: ok, failed (the next reads from the same moment).")),
+		[]string{"result"})).(*prometheus.CounterVec)
+	m.bloom.sweepCodes = f(prometheus.NewCounter(prometheus.CounterOpts(opts("bloom_sweep_codes_total",
+		"Codes the sweeps read and added to the Bloom filter, most of which it had already (each sweep reads back a margin of DB_TIMEOUT and 5 s).")))).(prometheus.Counter)
+	m.bloom.sweepMissed = f(prometheus.NewCounter(prometheus.CounterOpts(opts("bloom_sweep_missed_total",
+		"Codes a sweep found that the trusted Bloom filter did not hold, and the feed had not brought by the next sweep: creates the feed failed to deliver, each answerable 404 here until the sweep found it.")))).(prometheus.Counter)
+	m.negHits = f(prometheus.NewCounter(prometheus.CounterOpts(opts("negcache_hits_total",
+		"Lookups answered not found by the negative cache, with no query.")))).(prometheus.Counter)
 	reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -137,6 +178,12 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 	for _, r := range []string{"found", "not_found", "error"} {
 		m.lookups.WithLabelValues(r)
 	}
+	for _, r := range []string{"ok", "failed"} {
+		m.bloom.sweeps.WithLabelValues(r)
+	}
+	for _, r := range []string{"no", "maybe", "untrusted"} {
+		m.bloom.lookups.WithLabelValues(r)
+	}
 	return m
 }
 
@@ -144,9 +191,13 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 // that with metrics off it can be handed one that does nothing.
 type counter interface{ Inc() }
 
+// adder is counter for what is counted many at a time.
+type adder interface{ Add(float64) }
+
 type noCount struct{}
 
-func (noCount) Inc() {}
+func (noCount) Inc()        {}
+func (noCount) Add(float64) {}
 
 // observer is counter's twin for histograms.
 type observer interface{ Observe(float64) }
@@ -224,6 +275,86 @@ func (m *metrics) coalescedCounter() counter {
 		return noCount{}
 	}
 	return m.coalesced
+}
+
+// bloomCounts are the counters the Bloom filter and its feed count in.
+type bloomCounts struct {
+	no, maybe, untrusted, falsePositives      counter
+	ackTimeouts, publishFailures, badMessages counter
+	resyncs                                   counter
+	buildSeconds                              gauge
+	sweepsOK, sweepsFailed                    counter
+	sweepCodes, sweepMissed                   adder
+}
+
+// gauge is what the code needs of a Prometheus gauge.
+type gauge interface{ Set(float64) }
+
+type noGauge struct{}
+
+func (noGauge) Set(float64) {}
+
+func (m *metrics) bloomCounts() bloomCounts {
+	if m == nil {
+		n := noCount{}
+		return bloomCounts{no: n, maybe: n, untrusted: n, falsePositives: n, ackTimeouts: n, publishFailures: n,
+			badMessages: n, resyncs: n, buildSeconds: noGauge{}, sweepsOK: n, sweepsFailed: n, sweepCodes: n, sweepMissed: n}
+	}
+	return bloomCounts{
+		no:              m.bloom.lookups.WithLabelValues("no"),
+		maybe:           m.bloom.lookups.WithLabelValues("maybe"),
+		untrusted:       m.bloom.lookups.WithLabelValues("untrusted"),
+		falsePositives:  m.bloom.falsePositives,
+		ackTimeouts:     m.bloom.ackTimeouts,
+		publishFailures: m.bloom.publishFailures,
+		badMessages:     m.bloom.badMessages,
+		resyncs:         m.bloom.resyncs,
+		buildSeconds:    m.bloom.buildSeconds,
+		sweepsOK:        m.bloom.sweeps.WithLabelValues("ok"),
+		sweepsFailed:    m.bloom.sweeps.WithLabelValues("failed"),
+		sweepCodes:      m.bloom.sweepCodes,
+		sweepMissed:     m.bloom.sweepMissed,
+	}
+}
+
+// watchBloom exports the filter's state, read at each scrape: how many
+// codes it holds, how many it was sized for, and whether its "no" is
+// believed now.
+func (m *metrics) watchBloom(b *bloomStore) {
+	if m == nil {
+		return
+	}
+	m.reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: metricsNamespace, Name: "bloom_codes",
+			Help: "Codes added to the Bloom filter (0 until it is built)."}, func() float64 { return float64(b.stats().codes) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: metricsNamespace, Name: "bloom_capacity",
+			Help: "Codes the Bloom filter was sized for at BLOOM_FP_RATE; past it, it is rebuilt bigger."}, func() float64 { return float64(b.stats().capacity) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: metricsNamespace, Name: "bloom_trusted",
+			Help: "1 if the Bloom filter's no is believed (built, and its feed of new codes healthy), 0 if every lookup passes through."},
+			func() float64 {
+				if b.stats().trusted {
+					return 1
+				}
+				return 0
+			}),
+	)
+}
+
+func (m *metrics) negCacheHits() counter {
+	if m == nil {
+		return noCount{}
+	}
+	return m.negHits
+}
+
+// watchNegCache exports how many codes the negative cache holds.
+func (m *metrics) watchNegCache(n *negCache) {
+	if m == nil {
+		return
+	}
+	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: metricsNamespace, Name: "negcache_entries",
+		Help: "Codes the negative cache holds (NEG_CACHE_SIZE at most), expired ones included until they are pushed out."},
+		func() float64 { return float64(n.len()) }))
 }
 
 // watchReplica exports the replica's pool, as watchDB the primary's.

@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -386,5 +387,28 @@ func TestLogFormat(t *testing.T) {
 	newLogger("json", &js).With("k", "v").WarnContext(ctx, "w")
 	if !strings.Contains(js.String(), `"request_id":"abc"`) {
 		t.Errorf("log With attributes lost the request id: %s", js.String())
+	}
+}
+
+// TestBloomMetrics: the filter's and the negative cache's gauges are
+// there when they are watched, and with metrics off their counters count
+// nothing without failing.
+func TestBloomMetrics(t *testing.T) {
+	c := (*metrics)(nil).bloomCounts()
+	c.no.Inc()
+	c.buildSeconds.Set(1)
+	c.sweepsOK.Inc()
+	c.sweepsFailed.Inc()
+	c.sweepCodes.Add(2)
+	c.sweepMissed.Add(1)
+	m := newMetrics(prometheus.NewRegistry())
+	m.watchBloom(newBloomStore(newMemoryStore(), nil, defaultBloomFPRate, true, m.bloomCounts(), discardLog))
+	m.watchNegCache(newNegCache(newMemoryStore(), 1, time.Second, true, m.negCacheHits()))
+	if n, err := testutil.GatherAndCount(m.reg, "shortener_bloom_trusted", "shortener_bloom_codes", "shortener_bloom_capacity", "shortener_negcache_entries"); err != nil || n != 4 {
+		t.Errorf("gathered %d of the 4 gauges: %v", n, err)
+	}
+	// The sweep's series are there from the first scrape, failures at 0.
+	if n, err := testutil.GatherAndCount(m.reg, "shortener_bloom_sweeps_total", "shortener_bloom_sweep_codes_total", "shortener_bloom_sweep_missed_total"); err != nil || n != 4 {
+		t.Errorf("gathered %d of the sweep's 4 series (ok, failed, codes, missed): %v", n, err)
 	}
 }

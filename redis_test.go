@@ -71,6 +71,7 @@ type tcpProxy struct {
 	target  string
 	stalled atomic.Bool
 	closed  atomic.Bool
+	refused atomic.Bool // see refuse
 	mu      sync.Mutex
 	conns   []net.Conn
 }
@@ -96,6 +97,11 @@ func (p *tcpProxy) serve() {
 			return // cut
 		}
 		p.mu.Lock()
+		if p.refused.Load() { // under mu: refuse cannot miss this one
+			p.mu.Unlock()
+			in.Close() //nolint:errcheck // the client sees the closed connection, which is the point
+			continue
+		}
 		p.conns = append(p.conns, in)
 		p.mu.Unlock()
 		if p.stalled.Load() {
@@ -149,6 +155,17 @@ func (p *tcpProxy) drop() {
 	}
 	p.conns = nil
 }
+
+// refuse closes every connection open now and each new one as it comes,
+// until restore: the server is gone, then back at the same address.
+func (p *tcpProxy) refuse() {
+	p.mu.Lock()
+	p.refused.Store(true)
+	p.mu.Unlock()
+	p.drop()
+}
+
+func (p *tcpProxy) restore() { p.refused.Store(false) }
 
 func (p *tcpProxy) cut() {
 	p.closed.Store(true)

@@ -129,6 +129,18 @@ func forEachStore(t *testing.T, fn func(t *testing.T, store Store)) {
 		c, _ := newTestCache(t, openTestStore(t), opts, prefix, discardLog)
 		fn(t, c)
 	})
+	t.Run("postgres, negative cache, bloom filter", func(t *testing.T) {
+		// As run wires them with no Redis: one instance, its filter built
+		// before the test begins.
+		pg := openTestStore(t)
+		neg := newNegCache(pg, 1000, defaultNegCacheTTL, true, noCount{})
+		tb := &testBloom{bloomStore: newBloomStore(newFlightStore(neg, noCount{}), pg.db, defaultBloomFPRate, true,
+			(*metrics)(nil).bloomCounts(), discardLog)}
+		tb.start(t)
+		waitTrusted(t, tb.bloomStore, true)
+		feed := newCodeFeed(nil, "", defaultBloomAckTimeout, tb.bloomStore, neg, (*metrics)(nil).bloomCounts(), discardLog)
+		fn(t, &announcingStore{Store: tb.bloomStore, feed: feed})
+	})
 	t.Run("postgres+redis+local", func(t *testing.T) {
 		opts, prefix := testRedis(t)
 		c, _ := newTestCache(t, openTestStore(t), opts, prefix, discardLog)
@@ -143,11 +155,20 @@ func forEachStore(t *testing.T, fn func(t *testing.T, store Store)) {
 // countLinks returns how many links the store holds.
 func countLinks(t *testing.T, store Store) int {
 	t.Helper()
+	if a, ok := store.(*announcingStore); ok {
+		store = a.Store
+	}
+	if b, ok := store.(*bloomStore); ok {
+		store = b.Store
+	}
 	if c, ok := store.(*localCache); ok {
 		store = c.Store
 	}
 	if f, ok := store.(*flightStore); ok {
 		store = f.Store
+	}
+	if n, ok := store.(*negCache); ok {
+		store = n.Store
 	}
 	if c, ok := store.(*cachedStore); ok {
 		store = c.Store

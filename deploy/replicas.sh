@@ -528,6 +528,15 @@ cmd_up() {
 	size_pool "$n"
 	export BASE_URL=${BASE_URL:-http://127.0.0.1:$port}
 	export TRUSTED_PROXIES=${TRUSTED_PROXIES:-127.0.0.1/32,::1/128}
+	# Without Redis, no instance hears of another's creates: a Bloom filter
+	# or a negative cache would answer 404 for links made elsewhere.
+	if [ -n "${DATABASE_URL:-}" ] && [ -z "${REDIS_URL:-}" ] && [ "$n" -gt 1 ]; then
+		if [ "${BLOOM:-off}" != off ] || [ "${NEG_CACHE_SIZE:-0}" != 0 ]; then
+			die "BLOOM=${BLOOM:-} NEG_CACHE_SIZE=${NEG_CACHE_SIZE:-} with $n instances and no REDIS_URL: an instance would answer 404 for links created on another; set REDIS_URL, or leave both unset (turned off)"
+		fi
+		export BLOOM=off NEG_CACHE_SIZE=0
+		say "no REDIS_URL: BLOOM=off NEG_CACHE_SIZE=0 (the instances could not hear of each other's creates)"
+	fi
 
 	say "building $(show "$abs_state")/shortener"
 	"$go_bin" build -o "$abs_state/shortener" . || die "go build failed"

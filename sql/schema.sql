@@ -32,3 +32,10 @@ CREATE TABLE IF NOT EXISTS click_events (
     at   timestamptz NOT NULL DEFAULT now()
 );
 CREATE INDEX IF NOT EXISTS click_events_code ON click_events (code);
+
+-- Step 15: a BRIN index on created_at, for the Bloom filter's resync, which
+-- reads the codes created since its feed of creates went down. Rows are
+-- appended in created_at order, so a summary (least and greatest) of each
+-- range of pages finds the recent ones, at a few kilobytes where a B-tree
+-- would take as much as the table's codes.
+CREATE INDEX IF NOT EXISTS links_created_at_brin ON links USING brin (created_at);

@@ -1,0 +1,531 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/bits-and-blooms/bloom/v3"
+)
+
+// A flood of unknown codes (a scanner, a typo in a mail campaign, links
+// deleted long ago) costs a Redis GET and a Postgres query each. A Bloom
+// filter of every code answers most of them from memory: it is a bit
+// array and k hash functions; adding a code sets k bits, and a code
+// whose k bits are not all set was never added. So "no" is certain and
+// "maybe" is wrong for a share of unknown codes that the array's size
+// decides (BLOOM_FP_RATE: 1% costs about 9.6 bits a code, whatever the
+// codes' length). github.com/bits-and-blooms/bloom/v3 sizes the array and
+// picks k from the count and the rate (NewWithEstimates); the standard
+// library has no Bloom filter.
+//
+// Its "no" is only as good as its knowledge of every code, on every
+// instance: a create on another instance that this one's filter has not
+// heard of would be a 404 for a link that exists. So the filter is
+// trusted only while it is known complete (see bloomfeed.go): built from
+// Postgres, then told of every create here and elsewhere through Redis.
+// While it is not (not built yet, or its feed is down), every lookup
+// passes through to the store, as before this filter existed. And since a
+// feed can fail on the sender's side without the receivers knowing, a
+// sweep of Postgres every BLOOM_SWEEP backs it up (bloomsweep.go).
+
+// bloomBatch is how many codes the build reads per query: keyset
+// pagination (WHERE code > $last ORDER BY code LIMIT n), which walks the
+// unique index on code and costs the same for the last batch as for the
+// first, unlike OFFSET; and no statement holds a snapshot, or a
+// connection, for the whole scan.
+const bloomBatch = 10_000
+
+// bloomMinCapacity is the fewest codes a filter is sized for (1.2 MB at
+// 1%): a new deployment's first million creates then need no rebuild.
+const bloomMinCapacity = 1_000_000
+
+// resyncMargin is how far before the feed's last healthy moment a resync
+// reads: created_at is Postgres's clock at the create's transaction start
+// and the last healthy moment is this host's clock; two minutes covers a
+// create's transaction (DB_TIMEOUT bounds it) and clocks kept by NTP.
+const resyncMargin = 2 * time.Minute
+
+// The deadlines of the filter's own queries (none is on a request's path):
+// the count and each batch of the build; the resync's read of recent
+// codes, which may be many after a long outage; and the wait before a
+// failed build or resync is tried again.
+const (
+	bloomQueryTimeout  = 30 * time.Second
+	bloomResyncTimeout = time.Minute
+	bloomRetry         = 5 * time.Second
+)
+
+// bloomFeedWait is how long the first build waits for the feed to come up
+// before it starts anyway. Started with the feed up, the build needs no
+// resync; started without, it needs one afterwards, from its own start
+// (less resyncMargin), which on a table filled in the last minutes reads
+// it all a second time.
+const bloomFeedWait = 2 * time.Second
+
+// The statements of the build, the resync and the sweep. created_at has
+// a BRIN index (sql/schema.sql): rows are appended in created_at order,
+// so a summary of each range of pages finds the recent ones without a
+// B-tree's size. The count reads Postgres's clock too: every code
+// committed before it is read by the batches after, so the first sweep
+// can start from there.
+const (
+	bloomCountSQL  = `SELECT count(*), now() FROM links`
+	bloomBatchSQL  = `SELECT code FROM links WHERE code > $1 ORDER BY code LIMIT $2`
+	bloomRecentSQL = `SELECT code FROM links WHERE created_at >= $1`
+)
+
+// bloomStore is a Store in front of another Store that answers a lookup of
+// a code its filter has never seen with ErrNotFound at once.
+type bloomStore struct {
+	Store
+	db     *sql.DB // the primary, which holds every code (a replica may lag)
+	fpRate float64
+	counts bloomCounts
+	log    *slog.Logger
+
+	// Tests set these before run: the smallest size, the build's batch,
+	// and a hook the build calls after each batch with its last code.
+	minCapacity uint
+	batch       int
+	afterBatch  func(last string)
+	retry       time.Duration
+	feedWait    time.Duration
+
+	// The sweep (bloomsweep.go): every sweepEvery (0 = never), the
+	// codes created since the last one, less sweepMargin, are read from
+	// Postgres, added, and dropped from neg (nil: no negative cache).
+	// sweepTicks, if set, stands in for the ticker (tests). sweepWarns
+	// samples the failures logged.
+	sweepEvery  time.Duration
+	sweepMargin time.Duration
+	sweepTicks  <-chan time.Time
+	neg         *negCache
+	sweepWarns  *sampledLog
+
+	kick chan struct{} // wakes run: a build or a resync may be due
+
+	// mu guards everything below. The filter is not safe for concurrent
+	// use (its README says so: a write and a read of one word race), so
+	// lookups take the read lock, adds the write lock.
+	mu       sync.RWMutex
+	filter   *bloom.BloomFilter // nil until the first build ends
+	capacity uint               // codes filter was sized for
+	codes    uint               // codes added to it (a code added twice counts once)
+	trusted  bool               // filter != nil && feedUp && gapFrom.IsZero()
+	// building is set while run scans Postgres into a new filter; codes
+	// added meanwhile are kept in pending too, and added to the new
+	// filter at the end. (Also kept while there is no filter at all.)
+	building bool
+	pending  []string
+	grow     bool // the filter is past its capacity: build a bigger one
+	// feedUp says the feed of creates is delivering (always, with no
+	// Redis: this instance sees every create itself). gapFrom, when not
+	// zero, is the earliest moment from which creates may be missing
+	// from the filter: run reads them from Postgres once the feed is up
+	// again. epoch counts the feed's failures, so that a resync that
+	// raced with a new one does not clear the gap.
+	feedUp  bool
+	gapFrom time.Time
+	epoch   uint64
+	// sweptTo is a moment on Postgres's clock before which every
+	// committed code is in the filter (or in pending): the start of the
+	// last build or sweep that read them. Zero until the first build.
+	// unconfirmed are the codes the last sweep found missing from the
+	// trusted filter that the feed has not brought since.
+	sweptTo     time.Time
+	unconfirmed map[string]struct{}
+}
+
+// newBloomStore puts a filter in front of store, to be built from db by
+// run. alone says there is no feed (no Redis): this instance sees every
+// create itself, and trusts its filter once built.
+func newBloomStore(store Store, db *sql.DB, fpRate float64, alone bool, counts bloomCounts, log *slog.Logger) *bloomStore {
+	return &bloomStore{
+		Store: store, db: db, fpRate: fpRate, counts: counts, log: log,
+		minCapacity: bloomMinCapacity, batch: bloomBatch, retry: bloomRetry, feedWait: bloomFeedWait,
+		sweepMargin: sweepMarginFor(defaultDBTimeout),
+		sweepWarns:  &sampledLog{every: time.Minute}, // logs through b.log (warnTo)
+		kick:        make(chan struct{}, 1),
+		feedUp:      alone,
+		unconfirmed: make(map[string]struct{}),
+	}
+}
+
+// Lookup answers ErrNotFound for a code the filter has never seen, and
+// asks the store behind for the others. A "maybe" the store does not
+// find is a false positive, counted.
+func (b *bloomStore) Lookup(ctx context.Context, code string) (string, error) {
+	if !b.check(code) {
+		return "", ErrNotFound
+	}
+	url, err := b.Store.Lookup(ctx, code)
+	if errors.Is(err, ErrNotFound) {
+		b.counts.falsePositives.Inc()
+	}
+	return url, err
+}
+
+// Link is Lookup's twin for GET /api/links/{code}, which a flood can aim
+// at too.
+func (b *bloomStore) Link(ctx context.Context, code string) (Link, error) {
+	if !b.check(code) {
+		return Link{}, ErrNotFound
+	}
+	l, err := b.Store.Link(ctx, code)
+	if errors.Is(err, ErrNotFound) {
+		b.counts.falsePositives.Inc()
+	}
+	return l, err
+}
+
+// check reports whether code may exist: false only when the filter is
+// trusted and has never seen it.
+func (b *bloomStore) check(code string) bool {
+	b.mu.RLock()
+	trusted := b.trusted
+	maybe := !trusted || b.filter.TestString(code)
+	b.mu.RUnlock()
+	switch {
+	case !trusted:
+		b.counts.untrusted.Inc()
+	case maybe:
+		b.counts.maybe.Inc()
+	default:
+		b.counts.no.Inc()
+	}
+	return maybe
+}
+
+// added records codes that exist: created here, or announced by another
+// instance. Each is in Postgres already (a code is added after its
+// commit), which is what lets a build drop what pending held when it
+// starts.
+func (b *bloomStore) added(codes ...string) { b.add(codes, fromFeed) }
+
+// addSource says where the codes given to add come from: a create here
+// or the feed, a resync, or a sweep.
+type addSource int
+
+const (
+	fromFeed addSource = iota
+	fromResync
+	fromSweep
+)
+
+// add is added, from any source. A code new to the trusted filter that a
+// sweep found is kept in unconfirmed, until the feed brings it too (it
+// was on its way) or the next sweep counts it missed (see bloomsweep.go).
+func (b *bloomStore) add(codes []string, from addSource) {
+	b.mu.Lock()
+	for _, c := range codes {
+		fresh := b.filter != nil && !b.filter.TestOrAddString(c)
+		if fresh {
+			b.codes++
+		}
+		switch {
+		case from == fromFeed && len(b.unconfirmed) > 0:
+			delete(b.unconfirmed, c)
+		case from == fromSweep && fresh && b.trusted:
+			b.unconfirmed[c] = struct{}{}
+		}
+		if b.filter == nil || b.building {
+			b.pending = append(b.pending, c)
+		}
+	}
+	grow := b.filter != nil && b.codes > b.capacity && !b.grow && !b.building
+	if grow {
+		b.grow = true
+	}
+	n, capacity := b.codes, b.capacity
+	b.mu.Unlock()
+	if grow {
+		b.log.Info("bloom filter past its capacity; rebuilding a bigger one in the background",
+			"codes", n, "capacity", capacity)
+		b.signal()
+	}
+}
+
+// feedDown says the feed may have missed creates since lastHealthy, the
+// last moment it was known to deliver: the filter is not trusted until a
+// resync has read them.
+func (b *bloomStore) feedDown(lastHealthy time.Time) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.feedUp = false
+	b.epoch++
+	b.gapFrom = earliest(b.gapFrom, lastHealthy)
+	b.setTrust()
+}
+
+// feedUp says the feed delivers again: every create from now on arrives,
+// and run reads those of the gap from Postgres.
+func (b *bloomStore) feedIsUp() {
+	b.mu.Lock()
+	b.feedUp = true
+	b.setTrust()
+	b.mu.Unlock()
+	b.signal()
+}
+
+// setTrust recomputes trusted, and logs a change. b.mu must be held.
+func (b *bloomStore) setTrust() {
+	t := b.filter != nil && b.feedUp && b.gapFrom.IsZero()
+	if t == b.trusted {
+		return
+	}
+	b.trusted = t
+	if t {
+		b.log.Info("bloom filter trusted: unknown codes answered without a query", "codes", b.codes)
+	} else {
+		b.log.Warn("bloom filter not trusted: every lookup goes to the store until its feed is back and resynced")
+	}
+}
+
+// earliest returns the earlier of two moments, a zero one meaning none.
+func earliest(a, b time.Time) time.Time {
+	if a.IsZero() || (!b.IsZero() && b.Before(a)) {
+		return b
+	}
+	return a
+}
+
+func (b *bloomStore) signal() {
+	select {
+	case b.kick <- struct{}{}:
+	default: // a wake-up is pending already
+	}
+}
+
+// bloomStats is what the metrics read.
+type bloomStats struct {
+	codes, capacity uint
+	trusted         bool
+}
+
+func (b *bloomStore) stats() bloomStats {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	return bloomStats{codes: b.codes, capacity: b.capacity, trusted: b.trusted}
+}
+
+// run builds the filter, rebuilds it bigger when it fills, and reads the
+// creates a feed outage may have missed, one at a time, until ctx ends;
+// and sweeps beside them. The server serves meanwhile: until the filter
+// is trusted, every lookup passes through.
+func (b *bloomStore) run(ctx context.Context) {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() { b.sweepLoop(ctx) })
+	waited := false
+	for {
+		var err error
+		b.mu.RLock()
+		resync := b.filter != nil && b.feedUp && !b.gapFrom.IsZero()
+		build := b.filter == nil || b.grow
+		waitFeed := b.filter == nil && !b.feedUp && !waited
+		b.mu.RUnlock()
+		switch {
+		case resync: // first: it restores trust
+			err = b.resync(ctx)
+		case waitFeed:
+			waited = true
+			t := time.NewTimer(b.feedWait)
+			select {
+			case <-b.kick: // the feed is up, or something else: look again
+			case <-t.C:
+			case <-ctx.Done():
+			}
+			t.Stop()
+			continue
+		case build:
+			err = b.build(ctx)
+		default:
+			select {
+			case <-b.kick:
+				continue
+			case <-ctx.Done():
+				return
+			}
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			b.log.Error("bloom filter: will try again", "err", err, "in", b.retry)
+			t := time.NewTimer(b.retry)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				return
+			}
+		}
+	}
+}
+
+// build reads every code from Postgres into a new filter, and puts it in
+// place of the old one, if any, which answers meanwhile.
+//
+// No create is lost: one committed before the build starts is read by
+// the scan, since every batch's statement starts later and sees it; one
+// added after (here, or through the feed) is kept in pending and added
+// at the end. If the feed is down when the build starts, creates from
+// then on may be missing altogether, so the gap starts there.
+func (b *bloomStore) build(ctx context.Context) error {
+	start := time.Now()
+	b.mu.Lock()
+	b.building = true
+	b.pending = b.pending[:0] // all of it committed before start: the scan reads it
+	if b.feedUp && b.filter == nil {
+		b.gapFrom = time.Time{} // the feed brings what the scan misses
+	} else if !b.feedUp {
+		b.gapFrom = earliest(b.gapFrom, start)
+	}
+	b.mu.Unlock()
+
+	f, capacity, rows, at, err := b.scan(ctx)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.building = false
+	if err != nil {
+		if b.filter != nil {
+			b.pending = nil // the old filter has every add; the next build starts afresh
+		}
+		return fmt.Errorf("bloom filter: build: %w", err)
+	}
+	n := rows
+	for _, c := range b.pending {
+		if !f.TestOrAddString(c) {
+			n++
+		}
+	}
+	b.pending = nil
+	b.filter, b.capacity, b.codes, b.grow = f, capacity, n, false
+	if at.After(b.sweptTo) {
+		b.sweptTo = at
+	}
+	took := time.Since(start)
+	b.counts.buildSeconds.Set(took.Seconds())
+	b.log.Info("bloom filter built", "rows", rows, "codes", n, "capacity", capacity,
+		"bytes", f.Cap()/8, "hashes", f.K(), "fp_rate", b.fpRate, "took", took)
+	b.setTrust()
+	return nil
+}
+
+// newFilter makes an empty filter sized for capacity codes at fpRate: the
+// library works out the bits (m = -n ln p / ln² 2) and the hashes
+// (k = m/n ln 2) from the two.
+func newFilter(capacity uint, fpRate float64) *bloom.BloomFilter {
+	return bloom.NewWithEstimates(capacity, fpRate)
+}
+
+// scan counts the links, sizes a filter for twice as many (at least
+// minCapacity), and adds every code, batch by batch. It returns the
+// filter, its capacity, the rows read, and Postgres's clock at the count.
+func (b *bloomStore) scan(ctx context.Context) (*bloom.BloomFilter, uint, uint, time.Time, error) {
+	var total int64
+	var at time.Time
+	qctx, cancel := context.WithTimeout(ctx, bloomQueryTimeout)
+	err := bounded(qctx, func() error { return b.db.QueryRowContext(qctx, bloomCountSQL).Scan(&total, &at) })
+	cancel()
+	if err != nil {
+		return nil, 0, 0, time.Time{}, fmt.Errorf("count: %w", err)
+	}
+	capacity := max(2*uint(total), b.minCapacity)
+	f := newFilter(capacity, b.fpRate)
+	var rows uint
+	last := ""
+	codes := make([]string, 0, b.batch)
+	for {
+		codes = codes[:0]
+		qctx, cancel := context.WithTimeout(ctx, bloomQueryTimeout)
+		err := bounded(qctx, func() error {
+			r, err := b.db.QueryContext(qctx, bloomBatchSQL, last, b.batch)
+			if err != nil {
+				return err
+			}
+			defer r.Close() //nolint:errcheck // r.Err, below, reports what went wrong
+			for r.Next() {
+				var c string
+				if err := r.Scan(&c); err != nil {
+					return err
+				}
+				codes = append(codes, c)
+			}
+			return r.Err()
+		})
+		cancel()
+		if err != nil {
+			return nil, 0, 0, time.Time{}, fmt.Errorf("batch after %q: %w", last, err)
+		}
+		for _, c := range codes {
+			f.AddString(c)
+		}
+		rows += uint(len(codes))
+		if len(codes) > 0 {
+			last = codes[len(codes)-1]
+		}
+		if b.afterBatch != nil {
+			b.afterBatch(last)
+		}
+		if len(codes) < b.batch {
+			return f, capacity, rows, at, nil
+		}
+	}
+}
+
+// resync reads the codes created since the feed's gap began (less
+// resyncMargin) into the filter. The feed is up when it starts, so every
+// create from then on arrives through it; every create before is in
+// Postgres, which the query reads after.
+func (b *bloomStore) resync(ctx context.Context) error {
+	start := time.Now()
+	b.mu.RLock()
+	from, epoch := b.gapFrom, b.epoch
+	b.mu.RUnlock()
+	since := from.Add(-resyncMargin)
+	var n int
+	qctx, cancel := context.WithTimeout(ctx, bloomResyncTimeout)
+	defer cancel()
+	err := bounded(qctx, func() error {
+		r, err := b.db.QueryContext(qctx, bloomRecentSQL, since)
+		if err != nil {
+			return err
+		}
+		defer r.Close() //nolint:errcheck // r.Err, below, reports what went wrong
+		chunk := make([]string, 0, 1000)
+		for r.Next() {
+			var c string
+			if err := r.Scan(&c); err != nil {
+				return err
+			}
+			// In chunks, so that lookups wait for a thousand adds at
+			// most, not for the whole read.
+			if chunk = append(chunk, c); len(chunk) == cap(chunk) {
+				b.add(chunk, fromResync)
+				n += len(chunk)
+				chunk = chunk[:0]
+			}
+		}
+		b.add(chunk, fromResync)
+		n += len(chunk)
+		return r.Err()
+	})
+	if err != nil {
+		return fmt.Errorf("bloom filter: resync since %s: %w", since.Format(time.RFC3339), err)
+	}
+	b.counts.resyncs.Inc()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.epoch == epoch && b.feedUp {
+		b.gapFrom = time.Time{}
+	} // else the feed failed again meanwhile: the gap stays, from its start
+	b.log.Info("bloom filter resynced from postgres", "since", since, "codes", n, "took", time.Since(start))
+	b.setTrust()
+	return nil
+}

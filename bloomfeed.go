@@ -1,0 +1,520 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// codeFeed tells every instance of every create, so that no instance's
+// Bloom filter says "no", nor its negative cache "not found", for a link
+// that exists. It runs over Redis pub/sub:
+//
+//  1. A create, once committed, adds its code to this instance's filter and
+//     drops it from its negative cache, then PUBLISHes "<code> <id>" on
+//     REDIS_KEY_PREFIX+"codes" (id is this instance's random id). PUBLISH
+//     answers how many subscribers received it, this instance included.
+//  2. Each subscriber adds the code, drops it from its negative cache, and
+//     acknowledges: PUBLISH of the code on REDIS_KEY_PREFIX+"acks:"+<id>,
+//     which the creator alone subscribes to (on the same connection).
+//  3. The create waits for as many acknowledgements as PUBLISH counted, at
+//     most BLOOM_ACK_TIMEOUT, then answers 201: by then every instance
+//     that was listening knows the code, so a GET of the short link on
+//     any of them finds it. A timeout is counted and logged; the link is
+//     in Postgres either way, and the 201 goes out.
+//
+// An instance that is not listening is not counted, and must not trust
+// its filter: pub/sub keeps nothing for a subscriber that is away. So the
+// feed reports itself down (the filter passes every lookup through, the
+// negative cache empties) whenever its subscription is not known to work:
+// before Redis confirms it, after any error on its connection, and when a
+// PING on it gets no answer within feedPongTimeout. When it is confirmed
+// again, the filter reads the codes created since the last healthy moment
+// from Postgres (a resync), and only then is trusted again.
+//
+// What stays open, and is counted: a create whose acknowledgements time
+// out while an instance's connection looks alive to Redis but is not (a
+// network cut the kernel has not seen yet). That instance may answer 404
+// for the new link until its missing PONG takes it down, feedPongTimeout
+// at most after the cut. And a create whose PUBLISH fails (the creator's
+// own link to Redis, or its breaker) while the other instances' feeds
+// stay up: they may answer 404 for it until it is published again, or,
+// if the creator dies first, until the sweep (bloomsweep.go) finds it in
+// Postgres, BLOOM_SWEEP at most after its commit.
+type codeFeed struct {
+	rdb        *guardedRedis // nil: no Redis, this instance is alone
+	id         string        // this instance's id, in its messages
+	codes      string        // the channel creates are announced on
+	acks       string        // this instance's acknowledgement channel
+	ackPrefix  string        // + an id: another instance's
+	ackTimeout time.Duration
+	bloom      *bloomStore // nil with BLOOM=off
+	neg        *negCache   // nil with NEG_CACHE_SIZE=0
+	counts     bloomCounts
+	log        *slog.Logger
+	warns      *sampledLog // publish failures, ack timeouts
+	bad        *sampledLog // messages that are not what an instance sends
+
+	waiters ackWaiters
+	outbox  chan feedAck // acknowledgements to send
+
+	// unsent are codes whose PUBLISH failed, published again once Redis
+	// answers, so that an instance whose feed stayed up hears of them.
+	mu     sync.Mutex
+	unsent []string
+}
+
+// The feed's timing: a PING every second on the subscription's connection,
+// and the subscription counts as down if nothing (a PONG, a message)
+// arrives for two. Reconnecting waits from feedRetryMin, doubling to
+// feedRetryMax while Redis stays away.
+const (
+	feedPingEvery   = time.Second
+	feedPongTimeout = 2 * time.Second
+	feedRetryMin    = 50 * time.Millisecond
+	feedRetryMax    = 2 * time.Second
+)
+
+// maxUnsent bounds the codes kept for publishing again; past it, the
+// oldest are dropped (and logged): instances that missed them find those
+// links through their sweep (bloomsweep.go).
+const maxUnsent = 100_000
+
+// feedIDLength is the length of an instance id: rand.Text's 26 characters
+// of base32, 128 bits, so that two instances never pick the same.
+const feedIDLength = 26
+
+// feedAck is one acknowledgement to send: code, to the instance to.
+type feedAck struct{ to, code string }
+
+// newCodeFeed makes the feed for one instance; rdb nil means no Redis.
+// prefix is REDIS_KEY_PREFIX.
+func newCodeFeed(rdb *guardedRedis, prefix string, ackTimeout time.Duration, bf *bloomStore, neg *negCache,
+	counts bloomCounts, log *slog.Logger) *codeFeed {
+	id := rand.Text()
+	return &codeFeed{
+		rdb: rdb, id: id, codes: prefix + "codes", acks: prefix + "acks:" + id, ackPrefix: prefix + "acks:",
+		ackTimeout: ackTimeout, bloom: bf, neg: neg, counts: counts, log: log,
+		warns:   &sampledLog{log: log, every: 10 * time.Second},
+		bad:     &sampledLog{log: log, every: 10 * time.Second},
+		waiters: ackWaiters{m: make(map[string]*ackWait)},
+		outbox:  make(chan feedAck, 4096),
+	}
+}
+
+// created records a code that exists now, in this instance's filter and
+// negative cache.
+func (f *codeFeed) created(code string) {
+	if f.bloom != nil {
+		f.bloom.added(code)
+	}
+	if f.neg != nil {
+		f.neg.forget(code)
+	}
+}
+
+// up and down are the subscription's health, passed on.
+func (f *codeFeed) up() {
+	if f.neg != nil {
+		f.neg.setUp(true)
+	}
+	if f.bloom != nil {
+		f.bloom.feedIsUp()
+	}
+}
+
+func (f *codeFeed) down(lastHealthy time.Time) {
+	if f.bloom != nil {
+		f.bloom.feedDown(lastHealthy)
+	}
+	if f.neg != nil {
+		f.neg.setUp(false)
+	}
+}
+
+// announce tells every instance that code was just created (it is
+// committed), and returns once each has added it, or after ackTimeout.
+func (f *codeFeed) announce(ctx context.Context, code string) {
+	f.created(code)
+	if f.rdb == nil {
+		return
+	}
+	w := f.waiters.expect(code)
+	defer f.waiters.forget(code)
+	// Published even if the client has gone: the link exists, and the
+	// other instances must hear of it.
+	n, err := f.publish(context.WithoutCancel(ctx), code)
+	if err != nil {
+		f.counts.publishFailures.Inc()
+		f.keepUnsent(code)
+		f.warns.warn(ctx, "code feed: publish failed; the code is published again once redis answers", err)
+		return
+	}
+	t := time.NewTimer(f.ackTimeout)
+	defer t.Stop()
+	select {
+	case <-f.waiters.wanted(w, n):
+	case <-t.C:
+		f.counts.ackTimeouts.Inc()
+		f.warns.warn(ctx, "code feed: create answered before every instance acknowledged its code",
+			fmt.Errorf("%d of %d acknowledgements in %v", f.waiters.count(w), n, f.ackTimeout))
+	case <-ctx.Done(): // the client is gone: nobody to answer
+	}
+}
+
+// publish announces code. It goes to Redis even while the breaker is
+// open: the breaker is shared with the cache, and under load three Redis
+// calls in a row past REDIS_TIMEOUT (slow GETs) open it for a second, in
+// which every create would go unannounced (in a sitting of
+// benchmarks/misses.sh, through the breaker: 6,322 creates in one round,
+// 5,722 in another), each a link the other instances would answer 404 for
+// until the republish or the sweep. A create can afford REDIS_TIMEOUT; it
+// already waits for acknowledgements. It reads the breaker's clock
+// instead of asking allow(), and still tells the breaker the outcome: an
+// answer closes it, a failure counts.
+func (f *codeFeed) publish(ctx context.Context, code string) (int, error) {
+	at := f.rdb.breaker.now()
+	pctx, cancel := context.WithTimeout(ctx, f.rdb.timeout)
+	defer cancel()
+	n, err := f.rdb.Publish(pctx, f.codes, code+" "+f.id).Result()
+	f.rdb.breaker.done(at, err)
+	if err != nil {
+		return 0, fmt.Errorf("code feed: publish %s: %w", code, err)
+	}
+	return int(n), nil
+}
+
+func (f *codeFeed) keepUnsent(code string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.unsent) >= maxUnsent {
+		f.bad.warn(context.Background(), "code feed: too many codes waiting to be published again; dropping the oldest",
+			fmt.Errorf("%d codes waiting", len(f.unsent)))
+		f.unsent = f.unsent[1:]
+	}
+	f.unsent = append(f.unsent, code)
+}
+
+// run keeps the subscription up, and sends acknowledgements, until ctx
+// ends. Without Redis there is nothing to run.
+func (f *codeFeed) run(ctx context.Context) {
+	if f.rdb == nil {
+		return
+	}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() { f.sendLoop(ctx) })
+	wait := feedRetryMin
+	for {
+		healthy, err := f.session(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		if healthy {
+			f.log.Warn("code feed: subscription lost; bloom filter and negative cache off until it is back", "err", err)
+			wait = feedRetryMin
+		} else {
+			f.warns.warn(ctx, "code feed: cannot subscribe; bloom filter and negative cache off until it can", err)
+			wait = min(2*wait, feedRetryMax)
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return
+		}
+	}
+}
+
+// session subscribes, reports the feed up once Redis has confirmed both
+// channels, handles messages until anything goes wrong, and reports it
+// down. It returns whether it had been up, and what ended it.
+func (f *codeFeed) session(ctx context.Context) (healthy bool, err error) {
+	ps := f.rdb.Subscribe(ctx) // no channels yet: no I/O
+	sctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer func() {
+		cancel()
+		wg.Wait()
+	}()
+	// Closing the PubSub ends a Receive under way with an error: the
+	// pinger does so when a PING cannot be sent, and when the session
+	// ends. (A second Close only returns an error saying it is closed.)
+	wg.Go(func() {
+		defer ps.Close() //nolint:errcheck // see above
+		t := time.NewTicker(feedPingEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-sctx.Done():
+				return
+			case <-t.C:
+				pctx, pcancel := context.WithTimeout(sctx, f.rdb.timeout)
+				err := ps.Ping(pctx)
+				pcancel()
+				if err != nil {
+					return
+				}
+			}
+		}
+	})
+	subctx, subcancel := context.WithTimeout(ctx, f.rdb.timeout)
+	err = ps.Subscribe(subctx, f.codes, f.acks)
+	subcancel()
+	if err != nil {
+		return false, fmt.Errorf("code feed: subscribe: %w", err)
+	}
+	confirmed := map[string]bool{}
+	var last time.Time // the last moment the subscription was seen working
+	defer func() {
+		if healthy && ctx.Err() == nil { // (at shutdown, nobody is left to mislead)
+			f.down(last)
+		}
+	}()
+	for {
+		msg, err := ps.ReceiveTimeout(ctx, feedPongTimeout)
+		if err != nil {
+			return healthy, fmt.Errorf("code feed: receive: %w", err)
+		}
+		switch m := msg.(type) {
+		case *redis.Subscription:
+			if healthy {
+				// go-redis reconnected and subscribed again under us:
+				// what was published in between is lost.
+				return true, fmt.Errorf("code feed: subscribed again (%s %s): messages may be lost", m.Kind, m.Channel)
+			}
+			if m.Kind == "subscribe" && (m.Channel == f.codes || m.Channel == f.acks) {
+				confirmed[m.Channel] = true
+			}
+			if len(confirmed) == 2 {
+				healthy, last = true, time.Now()
+				f.log.Info("code feed: subscribed", "channel", f.codes, "instance", f.id)
+				f.up()
+				f.republish()
+			}
+		case *redis.Pong:
+			if healthy {
+				last = time.Now()
+			}
+		case *redis.Message:
+			if healthy {
+				last = time.Now()
+			}
+			f.handle(m)
+		default:
+			f.badMessage(fmt.Errorf("code feed: unexpected %T", msg))
+		}
+	}
+}
+
+// handle acts on one message. What comes from Redis is input: a message
+// that is not exactly what an instance sends is ignored and counted.
+func (f *codeFeed) handle(m *redis.Message) {
+	switch m.Channel {
+	case f.codes:
+		code, from, ok := parseAnnouncement(m.Payload)
+		if !ok {
+			f.badMessage(fmt.Errorf("code feed: %s: %q is not \"<code> <instance>\"", m.Channel, clip(m.Payload)))
+			return
+		}
+		f.created(code)
+		if from == f.id {
+			f.waiters.ack(code)
+			return
+		}
+		select {
+		case f.outbox <- feedAck{to: from, code: code}:
+		default:
+			// Its creator times out waiting, and counts it.
+			f.warns.warn(context.Background(), "code feed: acknowledgement queue full; dropping one",
+				fmt.Errorf("%d waiting", cap(f.outbox)))
+		}
+	case f.acks:
+		if !validCode(m.Payload) {
+			f.badMessage(fmt.Errorf("code feed: %s: %q is not a code", m.Channel, clip(m.Payload)))
+			return
+		}
+		f.waiters.ack(m.Payload)
+	default:
+		f.badMessage(fmt.Errorf("code feed: message on %q, a channel not subscribed to", clip(m.Channel)))
+	}
+}
+
+func (f *codeFeed) badMessage(err error) {
+	f.counts.badMessages.Inc()
+	f.bad.warn(context.Background(), "code feed: message ignored", err)
+}
+
+// clip shortens what is quoted from a bad message in the log.
+func clip(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "..."
+	}
+	return s
+}
+
+// parseAnnouncement reads "<code> <instance id>".
+func parseAnnouncement(p string) (code, from string, ok bool) {
+	code, from, found := strings.Cut(p, " ")
+	if !found || !validCode(code) || !validInstanceID(from) {
+		return "", "", false
+	}
+	return code, from, true
+}
+
+// validInstanceID reports whether s is what rand.Text returns: 26
+// characters of the base32 alphabet, upper case.
+func validInstanceID(s string) bool {
+	if len(s) != feedIDLength {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; !('A' <= c && c <= 'Z' || '2' <= c && c <= '7') {
+			return false
+		}
+	}
+	return true
+}
+
+// sendLoop sends acknowledgements, as many as are waiting in one pipeline
+// (one round trip), and every second publishes again what failed.
+func (f *codeFeed) sendLoop(ctx context.Context) {
+	batch := make([]feedAck, 0, 256)
+	t := time.NewTicker(feedPingEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			f.republish()
+		case a := <-f.outbox:
+			batch = collect(batch[:0], f.outbox, a, cap(batch))
+			pctx, cancel := context.WithTimeout(ctx, f.rdb.timeout)
+			_, err := f.rdb.Pipelined(pctx, func(p redis.Pipeliner) error {
+				for _, a := range batch {
+					p.Publish(pctx, f.ackPrefix+a.to, a.code)
+				}
+				return nil
+			})
+			cancel()
+			if err != nil {
+				// Their creators time out waiting, and count it.
+				f.warns.warn(ctx, "code feed: acknowledgements not sent", fmt.Errorf("%d acknowledgements: %w", len(batch), err))
+			}
+		}
+	}
+}
+
+// republish publishes again the codes whose PUBLISH failed, with no wait
+// for acknowledgements: their creates have been answered.
+func (f *codeFeed) republish() {
+	f.mu.Lock()
+	codes := f.unsent
+	f.unsent = nil
+	f.mu.Unlock()
+	if len(codes) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), f.rdb.timeout+time.Duration(len(codes))*time.Microsecond)
+	defer cancel()
+	_, err := f.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, c := range codes {
+			p.Publish(ctx, f.codes, c+" "+f.id)
+		}
+		return nil
+	})
+	if err != nil {
+		f.mu.Lock()
+		f.unsent = append(codes, f.unsent...)
+		if len(f.unsent) > maxUnsent {
+			f.unsent = f.unsent[len(f.unsent)-maxUnsent:]
+		}
+		f.mu.Unlock()
+		return
+	}
+	f.log.Info("code feed: published again the codes redis had refused", "codes", len(codes))
+}
+
+// ackWaiters are the creates waiting for acknowledgements, by code.
+type ackWaiters struct {
+	mu sync.Mutex
+	m  map[string]*ackWait
+}
+
+// ackWait counts one create's acknowledgements. They can arrive before
+// PUBLISH has said how many to expect (want is -1 until then).
+type ackWait struct {
+	got, want int
+	done      chan struct{} // closed once got reaches want
+}
+
+func (a *ackWaiters) expect(code string) *ackWait {
+	w := &ackWait{want: -1, done: make(chan struct{})}
+	a.mu.Lock()
+	a.m[code] = w
+	a.mu.Unlock()
+	return w
+}
+
+func (a *ackWaiters) forget(code string) {
+	a.mu.Lock()
+	delete(a.m, code)
+	a.mu.Unlock()
+}
+
+// ack counts an acknowledgement of code; one for a create no longer
+// waiting (it timed out) is dropped.
+func (a *ackWaiters) ack(code string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if w := a.m[code]; w != nil {
+		w.got++
+		if w.want >= 0 && w.got == w.want {
+			close(w.done)
+		}
+	}
+}
+
+// wanted sets how many acknowledgements w waits for, and returns the
+// channel closed once they are in.
+func (a *ackWaiters) wanted(w *ackWait, n int) <-chan struct{} {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	w.want = n
+	if w.got >= n {
+		close(w.done)
+	}
+	return w.done
+}
+
+// count is how many acknowledgements w has had.
+func (a *ackWaiters) count(w *ackWait) int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return w.got
+}
+
+// announcingStore is a Store whose creates are announced: a Save that
+// succeeded (a transaction of its own, or a group commit's batch: both
+// are behind Save) reaches every instance's filter and negative cache
+// before it returns.
+type announcingStore struct {
+	Store
+	feed *codeFeed
+}
+
+func (s *announcingStore) Save(ctx context.Context, code, url string) error {
+	if err := s.Store.Save(ctx, code, url); err != nil {
+		return err
+	}
+	s.feed.announce(ctx, code)
+	return nil
+}
