@@ -159,15 +159,15 @@ func newBloomStore(store Store, db *sql.DB, fpRate float64, alone bool, counts b
 // Lookup answers ErrNotFound for a code the filter has never seen, and
 // asks the store behind for the others. A "maybe" the store does not
 // find is a false positive, counted.
-func (b *bloomStore) Lookup(ctx context.Context, code string) (string, error) {
+func (b *bloomStore) Lookup(ctx context.Context, code string) (Target, error) {
 	if !b.check(code) {
-		return "", ErrNotFound
+		return Target{}, ErrNotFound
 	}
-	url, err := b.Store.Lookup(ctx, code)
+	t, err := b.Store.Lookup(ctx, code)
 	if errors.Is(err, ErrNotFound) {
 		b.counts.falsePositives.Inc()
 	}
-	return url, err
+	return t, err
 }
 
 // Link is Lookup's twin for GET /api/links/{code}, which a flood can aim

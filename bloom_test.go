@@ -174,7 +174,7 @@ func waitTrusted(t *testing.T, b *bloomStore, want bool) {
 // save stores a link in Postgres and tells the filter, as a create does.
 func (tb *testBloom) save(t *testing.T, code string) {
 	t.Helper()
-	if err := tb.pg.Save(context.Background(), code, "https://go.dev/"+code); err != nil {
+	if err := tb.pg.Save(context.Background(), code, NewLink{URL: "https://go.dev/" + code}); err != nil {
 		t.Fatal(err)
 	}
 	tb.added(code)
@@ -187,7 +187,7 @@ func TestBloomAnswersUnknownCodes(t *testing.T) {
 	tb := newTestBloom(t, true, func(tb *testBloom) {
 		for range 30 {
 			c := newCode()
-			if err := tb.pg.Save(context.Background(), c, "https://go.dev/"+c); err != nil {
+			if err := tb.pg.Save(context.Background(), c, NewLink{URL: "https://go.dev/" + c}); err != nil {
 				t.Fatal(err)
 			}
 			known = append(known, c)
@@ -199,8 +199,8 @@ func TestBloomAnswersUnknownCodes(t *testing.T) {
 	}
 	ctx := context.Background()
 	for _, c := range known {
-		if url, err := tb.Lookup(ctx, c); err != nil || url != "https://go.dev/"+c {
-			t.Errorf("Lookup(%s) = %q, %v; want its URL", c, url, err)
+		if url, err := tb.Lookup(ctx, c); err != nil || url.URL != "https://go.dev/"+c {
+			t.Errorf("Lookup(%s) = %q, %v; want its URL", c, url.URL, err)
 		}
 	}
 	for range 200 {
@@ -230,14 +230,14 @@ func TestBloomKeepsCodesCreatedDuringBuild(t *testing.T) {
 	tb := newTestBloom(t, true, func(b *testBloom) {
 		for range 35 {
 			c := newCode()
-			if err := b.pg.Save(context.Background(), c, "https://go.dev/"+c); err != nil {
+			if err := b.pg.Save(context.Background(), c, NewLink{URL: "https://go.dev/" + c}); err != nil {
 				t.Fatal(err)
 			}
 		}
 		b.batch = 10
 		// Called on the build's goroutine: t.Error, not t.Fatal.
 		create := func(c string) {
-			if err := b.pg.Save(context.Background(), c, "https://go.dev/"+c); err != nil {
+			if err := b.pg.Save(context.Background(), c, NewLink{URL: "https://go.dev/" + c}); err != nil {
 				t.Error(err)
 				return
 			}
@@ -333,11 +333,11 @@ func TestBloomUntrustedUntilResynced(t *testing.T) {
 		t.Fatal("trusted with its feed down")
 	}
 	missed := newCode() // created elsewhere while the feed was down: never added
-	if err := tb.pg.Save(ctx, missed, "https://go.dev/missed"); err != nil {
+	if err := tb.pg.Save(ctx, missed, NewLink{URL: "https://go.dev/missed"}); err != nil {
 		t.Fatal(err)
 	}
-	if url, err := tb.Lookup(ctx, missed); err != nil || url != "https://go.dev/missed" {
-		t.Errorf("feed down: Lookup(missed) = %q, %v; want the URL, from the store", url, err)
+	if url, err := tb.Lookup(ctx, missed); err != nil || url.URL != "https://go.dev/missed" {
+		t.Errorf("feed down: Lookup(missed) = %q, %v; want the URL, from the store", url.URL, err)
 	}
 	tb.feedIsUp()
 	waitTrusted(t, tb.bloomStore, true)
@@ -345,9 +345,9 @@ func TestBloomUntrustedUntilResynced(t *testing.T) {
 		t.Errorf("resyncs = %v, want 2", got)
 	}
 	before := tb.result("maybe")
-	if url, err := tb.Lookup(ctx, missed); err != nil || url != "https://go.dev/missed" || tb.result("maybe") != before+1 {
+	if url, err := tb.Lookup(ctx, missed); err != nil || url.URL != "https://go.dev/missed" || tb.result("maybe") != before+1 {
 		t.Errorf("after the resync: Lookup(missed) = %q, %v (maybe %v → %v); want the URL through a maybe",
-			url, err, before, tb.result("maybe"))
+			url.URL, err, before, tb.result("maybe"))
 	}
 }
 

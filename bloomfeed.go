@@ -511,8 +511,8 @@ type announcingStore struct {
 	feed *codeFeed
 }
 
-func (s *announcingStore) Save(ctx context.Context, code, url string) error {
-	if err := s.Store.Save(ctx, code, url); err != nil {
+func (s *announcingStore) Save(ctx context.Context, code string, l NewLink) error {
+	if err := s.Store.Save(ctx, code, l); err != nil {
 		return err
 	}
 	s.feed.announce(ctx, code)

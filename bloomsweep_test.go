@@ -90,8 +90,8 @@ func TestBloomSweepFindsWhatTheFeedMissed(t *testing.T) {
 	if err := tb.sweep(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if url, err := tb.Lookup(ctx, missed); err != nil || url != "https://go.dev/"+missed {
-		t.Errorf("after the sweep: Lookup(missed) = %q, %v; want its URL", url, err)
+	if url, err := tb.Lookup(ctx, missed); err != nil || url.URL != "https://go.dev/"+missed {
+		t.Errorf("after the sweep: Lookup(missed) = %q, %v; want its URL", url.URL, err)
 	}
 	if got, want := tb.sweepCounts(), [4]float64{1, 0, 3, 0}; got != want {
 		t.Errorf("first sweep: sweeps ok, failed, codes read, missed = %v, want %v (missed: not yet)", got, want)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -46,6 +47,12 @@ func lookInto(t *testing.T, opts *redis.Options) *redis.Client {
 	return rdb
 }
 
+// cachedValue is what the cache writes to Redis for a link to url made
+// with nothing but a URL.
+func cachedValue(url string) string {
+	return formatCacheValue(Target{URL: url, Status: http.StatusFound, Version: 1})
+}
+
 // testCount is a counter the test can read.
 type testCount struct{ n atomic.Int64 }
 
@@ -68,7 +75,7 @@ func TestCacheMissThenHit(t *testing.T) {
 	mem := newMemoryStore()
 	c, look := newTestCache(t, mem, opts, prefix, discardLog)
 	ctx := context.Background()
-	if err := c.Save(ctx, "abcDEF1", "https://go.dev/"); err != nil {
+	if err := c.Save(ctx, "abcDEF1", NewLink{URL: "https://go.dev/"}); err != nil {
 		t.Fatal(err)
 	}
 	key := prefix + "abcDEF1"
@@ -78,11 +85,11 @@ func TestCacheMissThenHit(t *testing.T) {
 
 	// Miss: answered by the store, and the cache is filled with a TTL.
 	got, err := c.Lookup(ctx, "abcDEF1")
-	if err != nil || got != "https://go.dev/" {
-		t.Fatalf("first Lookup = %q, %v; want https://go.dev/", got, err)
+	if err != nil || got.URL != "https://go.dev/" {
+		t.Fatalf("first Lookup = %q, %v; want https://go.dev/", got.URL, err)
 	}
-	if v := look.Get(ctx, key).Val(); v != "https://go.dev/" {
-		t.Errorf("after a miss, redis %s = %q, want https://go.dev/", key, v)
+	if v := look.Get(ctx, key).Val(); v != cachedValue("https://go.dev/") {
+		t.Errorf("after a miss, redis %s = %q, want %q", key, v, cachedValue("https://go.dev/"))
 	}
 	if ttl := look.TTL(ctx, key).Val(); ttl <= 0 || ttl > time.Minute {
 		t.Errorf("TTL of %s = %v, want in (0, 1m]", key, ttl)
@@ -94,8 +101,8 @@ func TestCacheMissThenHit(t *testing.T) {
 	delete(mem.links, "abcDEF1")
 	mem.mu.Unlock()
 	got, err = c.Lookup(ctx, "abcDEF1")
-	if err != nil || got != "https://go.dev/" {
-		t.Errorf("second Lookup = %q, %v; want https://go.dev/ from the cache", got, err)
+	if err != nil || got.URL != "https://go.dev/" {
+		t.Errorf("second Lookup = %q, %v; want https://go.dev/ from the cache", got.URL, err)
 	}
 }
 
@@ -130,19 +137,21 @@ func TestCacheRefusesForeignValues(t *testing.T) {
 			t.Fatalf("test case %q: a create would store it as it is; it does not belong in this list", v)
 		}
 		code := fmt.Sprintf("evil%03d", i)
-		if err := look.Set(ctx, prefix+code, v, time.Minute).Err(); err != nil {
+		// In the form this program writes, every other part right: the
+		// URL alone is what is refused.
+		if err := look.Set(ctx, prefix+code, cachedValue(v), time.Minute).Err(); err != nil {
 			t.Fatal(err)
 		}
 		if got, err := c.Lookup(ctx, code); !errors.Is(err, ErrNotFound) {
-			t.Errorf("Lookup(%s) with %q in Redis and nothing in the store = %q, %v; want ErrNotFound", code, v, got, err)
+			t.Errorf("Lookup(%s) with %q in Redis and nothing in the store = %q, %v; want ErrNotFound", code, v, got.URL, err)
 		}
-		if err := mem.Save(ctx, code, "https://go.dev/"+code); err != nil {
+		if err := mem.Save(ctx, code, NewLink{URL: "https://go.dev/" + code}); err != nil {
 			t.Fatal(err)
 		}
-		if got, err := c.Lookup(ctx, code); err != nil || got != "https://go.dev/"+code {
-			t.Errorf("Lookup(%s) with %q in Redis = %q, %v; want the store's URL", code, v, got, err)
+		if got, err := c.Lookup(ctx, code); err != nil || got.URL != "https://go.dev/"+code {
+			t.Errorf("Lookup(%s) with %q in Redis = %q, %v; want the store's URL", code, v, got.URL, err)
 		}
-		if v := look.Get(ctx, prefix+code).Val(); v != "https://go.dev/"+code {
+		if v := look.Get(ctx, prefix+code).Val(); v != cachedValue("https://go.dev/"+code) {
 			t.Errorf("after the lookup, Redis holds %q, want the store's URL", v)
 		}
 	}
@@ -186,11 +195,11 @@ func TestCacheDoesNotCacheNotFound(t *testing.T) {
 	if n := look.Exists(ctx, prefix+"zzzzzz9").Val(); n != 0 {
 		t.Errorf("unknown code was cached")
 	}
-	if err := c.Save(ctx, "zzzzzz9", "https://example.org/"); err != nil {
+	if err := c.Save(ctx, "zzzzzz9", NewLink{URL: "https://example.org/"}); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := c.Lookup(ctx, "zzzzzz9"); err != nil || got != "https://example.org/" {
-		t.Errorf("Lookup after Save = %q, %v; want https://example.org/", got, err)
+	if got, err := c.Lookup(ctx, "zzzzzz9"); err != nil || got.URL != "https://example.org/" {
+		t.Errorf("Lookup after Save = %q, %v; want https://example.org/", got.URL, err)
 	}
 }
 
@@ -208,7 +217,7 @@ func TestCacheWrongTypeKey(t *testing.T) {
 	look := lookInto(t, opts)
 	ctx := context.Background()
 	// A code in Redis only: served from the cache or not at all.
-	if err := look.Set(ctx, prefix+"cached1", "https://go.dev/cached", time.Minute).Err(); err != nil {
+	if err := look.Set(ctx, prefix+"cached1", cachedValue("https://go.dev/cached"), time.Minute).Err(); err != nil {
 		t.Fatal(err)
 	}
 	if err := look.HSet(ctx, prefix+"HHHHHHH", "f", "v").Err(); err != nil {
@@ -217,26 +226,26 @@ func TestCacheWrongTypeKey(t *testing.T) {
 	const n = 10
 	for i := range n { // in a row: failures would open the breaker
 		if got, err := c.Lookup(ctx, "HHHHHHH"); !errors.Is(err, ErrNotFound) {
-			t.Fatalf("lookup %d of a code whose key is a hash, in no store = %q, %v; want ErrNotFound", i, got, err)
+			t.Fatalf("lookup %d of a code whose key is a hash, in no store = %q, %v; want ErrNotFound", i, got.URL, err)
 		}
 	}
 	breakerClosed(t, rdb.breaker)
 	for i := range n {
-		if got, err := c.Lookup(ctx, "cached1"); err != nil || got != "https://go.dev/cached" {
-			t.Fatalf("lookup %d of another code = %q, %v; want it from the cache", i, got, err)
+		if got, err := c.Lookup(ctx, "cached1"); err != nil || got.URL != "https://go.dev/cached" {
+			t.Fatalf("lookup %d of another code = %q, %v; want it from the cache", i, got.URL, err)
 		}
 	}
 	if counts.hit.get() != n || counts.err.get() != 0 || counts.skipped.get() != 0 {
 		t.Errorf("after %d lookups of each: %v; want %d hits, no error, none skipped", n, &counts, n)
 	}
 	// A code the store has: served from there, and the key overwritten.
-	if err := mem.Save(ctx, "HHHHHHH", "https://go.dev/hash"); err != nil {
+	if err := mem.Save(ctx, "HHHHHHH", NewLink{URL: "https://go.dev/hash"}); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := c.Lookup(ctx, "HHHHHHH"); err != nil || got != "https://go.dev/hash" {
-		t.Errorf("lookup of a code in the store whose key is a hash = %q, %v; want the store's URL", got, err)
+	if got, err := c.Lookup(ctx, "HHHHHHH"); err != nil || got.URL != "https://go.dev/hash" {
+		t.Errorf("lookup of a code in the store whose key is a hash = %q, %v; want the store's URL", got.URL, err)
 	}
-	if v, err := look.Get(ctx, prefix+"HHHHHHH").Result(); err != nil || v != "https://go.dev/hash" {
+	if v, err := look.Get(ctx, prefix+"HHHHHHH").Result(); err != nil || v != cachedValue("https://go.dev/hash") {
 		t.Errorf("after the lookup, Redis holds %q, %v; want the store's URL", v, err)
 	}
 }
@@ -258,19 +267,19 @@ func TestCacheRedisGoneMidRun(t *testing.T) {
 	c := newTestCacheOn(t, openTestStore(t), rdb, prefix, log)
 	c.counts = counts.results()
 	ctx := context.Background()
-	if err := c.Save(ctx, "goneRd1", "https://go.dev/gone"); err != nil {
+	if err := c.Save(ctx, "goneRd1", NewLink{URL: "https://go.dev/gone"}); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := c.Lookup(ctx, "goneRd1"); err != nil || got != "https://go.dev/gone" {
-		t.Fatalf("Lookup with Redis up = %q, %v", got, err)
+	if got, err := c.Lookup(ctx, "goneRd1"); err != nil || got.URL != "https://go.dev/gone" {
+		t.Fatalf("Lookup with Redis up = %q, %v", got.URL, err)
 	}
 
 	proxy.cut()
 	const n = 50
 	for i := range n {
 		got, err := c.Lookup(ctx, "goneRd1")
-		if err != nil || got != "https://go.dev/gone" {
-			t.Fatalf("Lookup %d with Redis gone = %q, %v; want the URL from Postgres", i, got, err)
+		if err != nil || got.URL != "https://go.dev/gone" {
+			t.Fatalf("Lookup %d with Redis gone = %q, %v; want the URL from Postgres", i, got.URL, err)
 		}
 	}
 	if _, err := c.Lookup(ctx, "nothere"); !errors.Is(err, ErrNotFound) {
@@ -302,7 +311,7 @@ func TestCacheRedisStalled(t *testing.T) {
 	c := newTestCacheOn(t, openTestStore(t), rdb, prefix, log)
 	c.counts = counts.results()
 	ctx := context.Background()
-	if err := c.Save(ctx, "stall01", "https://go.dev/stalled"); err != nil {
+	if err := c.Save(ctx, "stall01", NewLink{URL: "https://go.dev/stalled"}); err != nil {
 		t.Fatal(err)
 	}
 	lookup := func(i int) {
@@ -313,8 +322,8 @@ func TestCacheRedisStalled(t *testing.T) {
 		if took := time.Since(start); took > 5*time.Second {
 			t.Fatalf("Lookup %d with Redis stalled took %v; want it bounded by the %v timeout", i, took, defaultRedisTimeout)
 		}
-		if err != nil || got != "https://go.dev/stalled" {
-			t.Fatalf("Lookup %d with Redis stalled = %q, %v; want the URL from Postgres", i, got, err)
+		if err != nil || got.URL != "https://go.dev/stalled" {
+			t.Fatalf("Lookup %d with Redis stalled = %q, %v; want the URL from Postgres", i, got.URL, err)
 		}
 	}
 	const n = 100
@@ -343,7 +352,7 @@ type countingStore struct {
 	lookups atomic.Int64
 }
 
-func (c *countingStore) Lookup(ctx context.Context, code string) (string, error) {
+func (c *countingStore) Lookup(ctx context.Context, code string) (Target, error) {
 	c.lookups.Add(1)
 	return c.Store.Lookup(ctx, code)
 }
@@ -366,7 +375,7 @@ func TestLocalCache(t *testing.T) {
 	c, _ := newTestLocalCache(t, behind, 1<<20, time.Minute)
 	ctx := context.Background()
 	for _, code := range []string{"aaaaaa1", "bbbbbb2"} {
-		if err := c.Save(ctx, code, "https://go.dev/"+code); err != nil {
+		if err := c.Save(ctx, code, NewLink{URL: "https://go.dev/" + code}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -381,8 +390,8 @@ func TestLocalCache(t *testing.T) {
 	}
 	for i, s := range steps {
 		got, err := c.Lookup(ctx, s.code)
-		if !errors.Is(err, s.err) || (err == nil && got != "https://go.dev/"+s.code) {
-			t.Errorf("step %d: Lookup(%s) = %q, %v", i, s.code, got, err)
+		if !errors.Is(err, s.err) || (err == nil && got.URL != "https://go.dev/"+s.code) {
+			t.Errorf("step %d: Lookup(%s) = %q, %v", i, s.code, got.URL, err)
 		}
 		if n := behind.lookups.Load(); n != s.reaching {
 			t.Errorf("step %d: %d lookups reached the store, want %d", i, n, s.reaching)
@@ -409,7 +418,7 @@ func TestLocalCacheBytes(t *testing.T) {
 	// URLs of many lengths, so that the bound is one of bytes, not links.
 	for i := range 3000 {
 		code := fmt.Sprintf("c%06d", i)
-		if err := mem.Save(ctx, code, "https://go.dev/"+strings.Repeat("x", i%400)); err != nil {
+		if err := mem.Save(ctx, code, NewLink{URL: "https://go.dev/" + strings.Repeat("x", i%400)}); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := c.Lookup(ctx, code); err != nil {
@@ -443,11 +452,11 @@ func TestLocalCacheKeepsHotLinks(t *testing.T) {
 	// power of two: with links of many sizes that can happen long after
 	// the cache is full.)
 	url := "https://go.dev/" + strings.Repeat("x", 150)
-	holds := budget / int(localEntryWeight("c000000", localEntry{url: url}))
+	holds := budget / int(localEntryWeight("c000000", localEntry{target: Target{URL: url}}))
 	codes := make([]string, 5*holds)
 	for i := range codes {
 		codes[i] = fmt.Sprintf("c%06d", i)
-		if err := mem.Save(ctx, codes[i], url); err != nil {
+		if err := mem.Save(ctx, codes[i], NewLink{URL: url}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -487,14 +496,14 @@ func TestLocalCacheExpires(t *testing.T) {
 	const ttl = time.Minute
 	c, clock := newTestLocalCache(t, behind, 1<<20, ttl)
 	ctx := context.Background()
-	if err := c.Save(ctx, "expire1", "https://go.dev/x"); err != nil {
+	if err := c.Save(ctx, "expire1", NewLink{URL: "https://go.dev/x"}); err != nil {
 		t.Fatal(err)
 	}
 	lookup := func(wantErr error, wantReaching int64) {
 		t.Helper()
 		got, err := c.Lookup(ctx, "expire1")
-		if !errors.Is(err, wantErr) || (err == nil && got != "https://go.dev/x") {
-			t.Errorf("Lookup = %q, %v; want error %v", got, err, wantErr)
+		if !errors.Is(err, wantErr) || (err == nil && got.URL != "https://go.dev/x") {
+			t.Errorf("Lookup = %q, %v; want error %v", got.URL, err, wantErr)
 		}
 		if n := behind.lookups.Load(); n != wantReaching {
 			t.Errorf("%d lookups reached the store, want %d", n, wantReaching)

@@ -130,7 +130,7 @@ func TestClicksAddUpAcrossInstances(t *testing.T) {
 			ctx := context.Background()
 			codes := []string{"aaaaaa1", "bbbbbb2", "cccccc3"}
 			for _, c := range codes {
-				if err := pg.Save(ctx, c, "https://example.com/"+c); err != nil {
+				if err := pg.Save(ctx, c, NewLink{URL: "https://example.com/" + c}); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -238,7 +238,7 @@ func TestRunCountsEveryClick(t *testing.T) {
 func TestLinkInfoAPI(t *testing.T) {
 	forEachStore(t, func(t *testing.T, store Store) {
 		h := newHandler(store, noClicks{}, nil, nil, config{}, discardLog)
-		if err := store.Save(context.Background(), "apiCod1", "https://example.org/x"); err != nil {
+		if err := store.Save(context.Background(), "apiCod1", NewLink{URL: "https://example.org/x"}); err != nil {
 			t.Fatal(err)
 		}
 		tests := []struct {
@@ -254,7 +254,7 @@ func TestLinkInfoAPI(t *testing.T) {
 			{"GET", "/api/links/", 404, `{"error":"not found"}`},
 			{"GET", "/api/links/apiCod1/x", 404, `{"error":"not found"}`},
 			{"POST", "/api/links/apiCod1", 405, `{"error":"method not allowed"}`},
-			{"DELETE", "/api/links/apiCod1", 405, `{"error":"method not allowed"}`},
+			{"PUT", "/api/links/apiCod1", 405, `{"error":"method not allowed"}`},
 		}
 		for _, tt := range tests {
 			rec := do(t, h, tt.method, tt.path, "")
@@ -286,7 +286,7 @@ func TestRedirectCountsGetNotHead(t *testing.T) {
 	forEachStore(t, func(t *testing.T, store Store) {
 		rec := &recordedClicks{}
 		h := newHandler(store, rec, nil, nil, config{}, discardLog)
-		if err := store.Save(context.Background(), "clkCod1", "https://example.org/c"); err != nil {
+		if err := store.Save(context.Background(), "clkCod1", NewLink{URL: "https://example.org/c"}); err != nil {
 			t.Fatal(err)
 		}
 		for _, req := range []struct{ method, path string }{

@@ -78,12 +78,20 @@ func TestParseTrustedProxies(t *testing.T) {
 // brokenStore fails every call, so that a request reaches the error log.
 type brokenStore struct{}
 
-func (brokenStore) Save(context.Context, string, string) error {
+func (brokenStore) Save(context.Context, string, NewLink) error {
 	return errors.New("store: save: disk on fire")
 }
 
-func (brokenStore) Lookup(context.Context, string) (string, error) {
-	return "", errors.New("store: lookup: disk on fire")
+func (brokenStore) Lookup(context.Context, string) (Target, error) {
+	return Target{}, errors.New("store: lookup: disk on fire")
+}
+
+func (brokenStore) Change(context.Context, string, []byte, LinkChange) (Link, error) {
+	return Link{}, errors.New("store: change: disk on fire")
+}
+
+func (brokenStore) TakeClick(context.Context, string, bool) (bool, error) {
+	return false, errors.New("store: take click: disk on fire")
 }
 
 func (brokenStore) Link(context.Context, string) (Link, error) {

@@ -140,6 +140,18 @@ type config struct {
 	// warnings are settings that are allowed but risky, for run to log
 	// once the logger exists.
 	warnings []string
+
+	// now is the clock expiry is judged by (expires_at): nil is
+	// time.Now. Not a setting: tests set a clock they move by hand.
+	now func() time.Time
+}
+
+// clock is the clock links expire by.
+func (c config) clock() func() time.Time {
+	if c.now != nil {
+		return c.now
+	}
+	return time.Now
 }
 
 // limitConfig is how much the service takes on before it says no.

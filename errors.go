@@ -33,6 +33,17 @@ var (
 	ErrBodyRead = errors.New("request body could not be read")
 	// ErrNotFound means no link has that code.
 	ErrNotFound = errors.New("not found")
+	// ErrGone means the link existed and is no more: deleted, past its
+	// expires_at, or out of clicks (max_clicks). 410, not 404: the code
+	// is not free, and never will be.
+	ErrGone = errors.New("gone")
+	// ErrUnauthorized means an edit came without a token, or with
+	// something that is not one: 401, with WWW-Authenticate: Bearer.
+	// The text after it is ours alone (never the header's value).
+	ErrUnauthorized = errors.New("unauthorized")
+	// ErrForbidden means the token is not this link's, or the link has
+	// no token (made before tokens existed): 403, nothing changed.
+	ErrForbidden = errors.New("token does not match this link")
 	// ErrCodeTaken means a link with that code exists already.
 	ErrCodeTaken = errors.New("code already taken")
 	// ErrOverloaded means the server has as many requests in flight as
@@ -88,6 +99,13 @@ func errorStatus(err error) (status int, msg string, retryAfter time.Duration) {
 		return http.StatusBadRequest, "invalid url: points at this shortener, which would redirect to itself", 0
 	case errors.Is(err, ErrNotFound):
 		return http.StatusNotFound, "not found", 0
+	case errors.Is(err, ErrGone):
+		return http.StatusGone, "gone: this link was deleted, has expired, or has had all its clicks", 0
+	case errors.Is(err, ErrUnauthorized):
+		// Built from our own text alone (bearerHash): safe to show.
+		return http.StatusUnauthorized, err.Error(), 0
+	case errors.Is(err, ErrForbidden):
+		return http.StatusForbidden, "forbidden: the token is not this link's, or the link was made without one and cannot be changed", 0
 	case errors.As(err, &limited):
 		return http.StatusTooManyRequests, "too many links created from your address; try again later", limited.retryAfter
 	case errors.Is(err, ErrOverloaded):
@@ -144,6 +162,10 @@ func writeError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err er
 		// The rest of the body may still be on its way; the connection
 		// cannot carry another request (RFC 9110, section 15.5.9).
 		w.Header().Set("Connection", "close")
+	}
+	if status == http.StatusUnauthorized {
+		// RFC 6750, section 3: a 401 names the scheme the client must use.
+		w.Header().Set("WWW-Authenticate", `Bearer realm="shortener"`)
 	}
 	if retryAfter > 0 {
 		w.Header().Set("Retry-After", retryAfterSeconds(retryAfter))

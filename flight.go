@@ -25,7 +25,7 @@ import (
 //
 // golang.org/x/sync/singleflight does the bookkeeping: a map of the codes
 // under way to their callers, cleared as each finishes, so that an answer
-// (a URL, ErrNotFound, or an error) goes to the callers of that one flight
+// (a Target, ErrNotFound, or an error) goes to the callers of that one flight
 // and is never remembered after it. Remembering is the caches' job.
 type flightStore struct {
 	Store
@@ -50,7 +50,7 @@ func newFlightStore(store Store, coalesced counter) *flightStore {
 // Redis call, DB_TIMEOUT on the query). Each caller waits on its own
 // context, and one that is cancelled returns at once, leaving the others
 // to their answer.
-func (f *flightStore) Lookup(ctx context.Context, code string) (string, error) {
+func (f *flightStore) Lookup(ctx context.Context, code string) (Target, error) {
 	first := false // set only by the call that runs; read after its answer
 	ch := f.group.DoChan(code, func() (any, error) {
 		first = true
@@ -67,10 +67,10 @@ func (f *flightStore) Lookup(ctx context.Context, code string) (string, error) {
 			f.coalesced.Inc()
 		}
 		if r.Err != nil {
-			return "", r.Err
+			return Target{}, r.Err
 		}
-		return r.Val.(string), nil // the function returns a string, always
+		return r.Val.(Target), nil // the function returns a Target, always
 	case <-ctx.Done():
-		return "", fmt.Errorf("lookup %q: %w", code, ctx.Err())
+		return Target{}, fmt.Errorf("lookup %q: %w", code, ctx.Err())
 	}
 }

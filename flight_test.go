@@ -23,12 +23,12 @@ type gatedStore struct {
 	open chan struct{}
 }
 
-func (g *gatedStore) Lookup(ctx context.Context, code string) (string, error) {
+func (g *gatedStore) Lookup(ctx context.Context, code string) (Target, error) {
 	select {
 	case <-g.open:
 		return g.Store.Lookup(ctx, code)
 	case <-ctx.Done():
-		return "", ctx.Err()
+		return Target{}, ctx.Err()
 	}
 }
 
@@ -71,8 +71,8 @@ type flightAnswer struct {
 func (r *flightRig) lookup(ctx context.Context, code string) <-chan flightAnswer {
 	ch := make(chan flightAnswer, 1)
 	go func() {
-		url, err := r.flight.Lookup(ctx, code)
-		ch <- flightAnswer{url, err}
+		t, err := r.flight.Lookup(ctx, code)
+		ch <- flightAnswer{t.URL, err}
 	}()
 	return ch
 }
@@ -164,7 +164,7 @@ func TestFlightCoalescesConcurrentMisses(t *testing.T) {
 			ctx := context.Background()
 			const code, url = "hotLnk1", "https://go.dev/hot"
 			if tt.save {
-				if err := r.pg.Save(ctx, code, url); err != nil {
+				if err := r.pg.Save(ctx, code, NewLink{URL: url}); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -213,7 +213,7 @@ func TestFlightCoalescesConcurrentMisses(t *testing.T) {
 func TestFlightWaiterLeaves(t *testing.T) {
 	r := newFlightRig(t)
 	const code, url = "leave01", "https://go.dev/leave"
-	if err := r.pg.Save(context.Background(), code, url); err != nil {
+	if err := r.pg.Save(context.Background(), code, NewLink{URL: url}); err != nil {
 		t.Fatal(err)
 	}
 	first := r.lookup(context.Background(), code)
@@ -245,7 +245,7 @@ func TestFlightWaiterLeaves(t *testing.T) {
 func TestFlightFirstCallerLeaves(t *testing.T) {
 	r := newFlightRig(t)
 	const code, url = "leave02", "https://go.dev/first"
-	if err := r.pg.Save(context.Background(), code, url); err != nil {
+	if err := r.pg.Save(context.Background(), code, NewLink{URL: url}); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -277,7 +277,7 @@ func TestFlightErrorIsNotRemembered(t *testing.T) {
 	r := newFlightRig(t)
 	ctx := context.Background()
 	const code, url = "broken1", "https://go.dev/broken"
-	if err := r.pg.Save(ctx, code, url); err != nil {
+	if err := r.pg.Save(ctx, code, NewLink{URL: url}); err != nil {
 		t.Fatal(err)
 	}
 	chans := r.lookups(flightCallers, code)

@@ -10,12 +10,18 @@ import (
 	"github.com/lib/pq"
 )
 
-// insertBatchSQL inserts many links in one statement: two arrays, one of
-// codes and one of URLs, unnested into rows. A code already taken is
-// skipped (ON CONFLICT DO NOTHING), and RETURNING names the codes that
-// were inserted, so that each create learns whether its own code was.
-const insertBatchSQL = `INSERT INTO links (code, url)
-SELECT * FROM unnest($1::text[], $2::text[])
+// insertBatchSQL inserts many links in one statement: an array per
+// column, unnested into rows. A code already taken is skipped (ON
+// CONFLICT DO NOTHING), and RETURNING names the codes that were
+// inserted, so that each create learns whether its own code was. An
+// array cannot hold a NULL from a plain Go slice, so an unset field goes
+// in as a value no real one has, turned into NULL here: expiry 0 (in
+// microseconds since 1970, which keeps Postgres's precision exactly),
+// max_clicks 0, an empty token hash.
+const insertBatchSQL = `INSERT INTO links (code, url, expires_at, max_clicks, redirect, token_hash)
+SELECT c, u, CASE WHEN e = 0 THEN NULL ELSE timestamptz 'epoch' + e * interval '1 microsecond' END,
+       nullif(m, 0), r, nullif(h, ''::bytea)
+FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[], $5::smallint[], $6::bytea[]) AS t(c, u, e, m, r, h)
 ON CONFLICT (code) DO NOTHING
 RETURNING code`
 
@@ -51,8 +57,9 @@ type groupCommit struct {
 
 // pendingSave is one create waiting for its batch's commit.
 type pendingSave struct {
-	code, url string
-	done      chan error // buffered: the worker never waits for a create that gave up
+	code string
+	link NewLink
+	done chan error // buffered: the worker never waits for a create that gave up
 }
 
 func newGroupCommit(db *sql.DB, insert *sql.Stmt, maxBatch int, timeout time.Duration, sizes observer) *groupCommit {
@@ -79,8 +86,8 @@ func newGroupCommit(db *sql.DB, insert *sql.Stmt, maxBatch int, timeout time.Dur
 // taken, or an error if the batch failed or ctx ended first. A create that
 // gave up (ctx) may still be committed a moment later: that link is never
 // announced to anyone, and costs a row.
-func (g *groupCommit) save(ctx context.Context, code, url string) error {
-	p := &pendingSave{code: code, url: url, done: make(chan error, 1)}
+func (g *groupCommit) save(ctx context.Context, code string, link NewLink) error {
+	p := &pendingSave{code: code, link: link, done: make(chan error, 1)}
 	g.mu.RLock()
 	if g.closed {
 		g.mu.RUnlock()
@@ -161,20 +168,19 @@ func collect[T any](batch []T, ch <-chan T, first T, limit int) []T {
 // earlier in this same batch), the batch's error if the transaction failed.
 func (g *groupCommit) write(batch []*pendingSave) {
 	g.sizes.Observe(float64(len(batch)))
-	codes := make([]string, 0, len(batch))
-	urls := make([]string, 0, len(batch))
+	var cols batchColumns
 	first := make(map[string]*pendingSave, len(batch))
 	for _, p := range batch {
 		if _, dup := first[p.code]; dup {
 			continue // answered ErrCodeTaken below: the first one with the code has it
 		}
 		first[p.code] = p
-		codes = append(codes, p.code)
-		urls = append(urls, p.url)
+		cols.add(p.code, p.link)
 	}
+	codes := cols.codes
 	ctx, cancel := context.WithTimeout(context.Background(), g.timeout)
 	defer cancel()
-	inserted, err := g.insertAll(ctx, codes, urls)
+	inserted, err := g.insertAll(ctx, cols)
 	if err != nil {
 		// Save adds "store: save <code>": one prefix, not two.
 		err = fmt.Errorf("batch of %d: %w", len(codes), deadline(ctx, err))
@@ -194,8 +200,10 @@ func (g *groupCommit) write(batch []*pendingSave) {
 // insertAll runs the batch's INSERT in a transaction of its own and
 // returns the codes inserted once the commit has returned. bounded keeps
 // a Postgres that stopped answering from holding the worker past ctx.
-func (g *groupCommit) insertAll(ctx context.Context, codes, urls []string) (map[string]bool, error) {
-	inserted := make(map[string]bool, len(codes))
+func (g *groupCommit) insertAll(ctx context.Context, cols batchColumns) (map[string]bool, error) {
+	inserted := make(map[string]bool, len(cols.codes))
+	args := []any{pq.Array(cols.codes), pq.Array(cols.urls), pq.Array(cols.expires),
+		pq.Array(cols.maxClicks), pq.Array(cols.redirects), pq.Array(cols.tokens)}
 	err := bounded(ctx, func() error {
 		tx, err := g.db.BeginTx(ctx, nil)
 		if err != nil {
@@ -204,9 +212,9 @@ func (g *groupCommit) insertAll(ctx context.Context, codes, urls []string) (map[
 		defer tx.Rollback() //nolint:errcheck // after Commit, Rollback is a no-op that returns ErrTxDone
 		var rows *sql.Rows
 		if g.insert != nil {
-			rows, err = tx.StmtContext(ctx, g.insert).QueryContext(ctx, pq.Array(codes), pq.Array(urls))
+			rows, err = tx.StmtContext(ctx, g.insert).QueryContext(ctx, args...)
 		} else {
-			rows, err = tx.QueryContext(ctx, insertBatchSQL, pq.Array(codes), pq.Array(urls))
+			rows, err = tx.QueryContext(ctx, insertBatchSQL, args...)
 		}
 		if err != nil {
 			return fmt.Errorf("insert: %w", err)
@@ -234,6 +242,31 @@ func (g *groupCommit) insertAll(ctx context.Context, codes, urls []string) (map[
 		return nil, err
 	}
 	return inserted, nil
+}
+
+// batchColumns are a batch's links, a slice per column (insertBatchSQL).
+type batchColumns struct {
+	codes, urls        []string
+	expires, maxClicks []int64 // 0: NULL
+	redirects          []int64
+	tokens             [][]byte // empty: NULL
+}
+
+func (b *batchColumns) add(code string, l NewLink) {
+	var expires int64
+	if !l.ExpiresAt.IsZero() {
+		expires = l.ExpiresAt.UnixMicro()
+	}
+	redirect := l.Redirect
+	if redirect == 0 {
+		redirect = defaultRedirect
+	}
+	b.codes = append(b.codes, code)
+	b.urls = append(b.urls, l.URL)
+	b.expires = append(b.expires, expires)
+	b.maxClicks = append(b.maxClicks, l.MaxClicks)
+	b.redirects = append(b.redirects, int64(redirect))
+	b.tokens = append(b.tokens, l.TokenHash)
 }
 
 // close stops taking creates, writes those already queued, and waits for

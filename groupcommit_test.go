@@ -71,7 +71,7 @@ func TestGroupCommitBatches(t *testing.T) {
 			errs := make([]error, n)
 			for i := range n {
 				wg.Go(func() {
-					errs[i] = s.Save(context.Background(), fmt.Sprintf("gc%05d", i), fmt.Sprintf("https://go.dev/%d", i))
+					errs[i] = s.Save(context.Background(), fmt.Sprintf("gc%05d", i), NewLink{URL: fmt.Sprintf("https://go.dev/%d", i)})
 				})
 			}
 			wg.Wait()
@@ -87,8 +87,8 @@ func TestGroupCommitBatches(t *testing.T) {
 				t.Errorf("largest batch = %v over %d batches, want 2 to 16 (CREATE_BATCH)", sizes.max, sizes.n)
 			}
 			for _, i := range []int{0, n / 2, n - 1} {
-				if got, err := s.Lookup(context.Background(), fmt.Sprintf("gc%05d", i)); err != nil || got != fmt.Sprintf("https://go.dev/%d", i) {
-					t.Errorf("lookup %d = %q, %v", i, got, err)
+				if got, err := s.Lookup(context.Background(), fmt.Sprintf("gc%05d", i)); err != nil || got.URL != fmt.Sprintf("https://go.dev/%d", i) {
+					t.Errorf("lookup %d = %q, %v", i, got.URL, err)
 				}
 			}
 		})
@@ -100,10 +100,10 @@ func TestGroupCommitBatches(t *testing.T) {
 func TestGroupCommitCodeTaken(t *testing.T) {
 	s := openGroupCommitStore(t, testDatabase(t), generousPool(), 64, nil)
 	ctx := context.Background()
-	if err := s.Save(ctx, "taken01", "https://go.dev/"); err != nil {
+	if err := s.Save(ctx, "taken01", NewLink{URL: "https://go.dev/"}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Save(ctx, "taken01", "https://example.com/"); !errors.Is(err, ErrCodeTaken) {
+	if err := s.Save(ctx, "taken01", NewLink{URL: "https://example.com/"}); !errors.Is(err, ErrCodeTaken) {
 		t.Errorf("save of a taken code: %v, want ErrCodeTaken", err)
 	}
 	// Many creates of one new code at once, most in the same batch:
@@ -112,7 +112,7 @@ func TestGroupCommitCodeTaken(t *testing.T) {
 	var wg sync.WaitGroup
 	errs := make([]error, n)
 	for i := range n {
-		wg.Go(func() { errs[i] = s.Save(ctx, "twins01", fmt.Sprintf("https://go.dev/%d", i)) })
+		wg.Go(func() { errs[i] = s.Save(ctx, "twins01", NewLink{URL: fmt.Sprintf("https://go.dev/%d", i)}) })
 	}
 	wg.Wait()
 	won := 0
@@ -204,7 +204,7 @@ func TestGroupCommitAcknowledgesOnlyCommitted(t *testing.T) {
 					return
 				}
 				code := fmt.Sprintf("ack%05d", i)
-				if err := s.Save(context.Background(), code, "https://go.dev/"); err != nil {
+				if err := s.Save(context.Background(), code, NewLink{URL: "https://go.dev/"}); err != nil {
 					mu.Lock()
 					if firstErr == nil {
 						firstErr = err
@@ -285,7 +285,7 @@ WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&n); err 
 	var wg sync.WaitGroup
 	errs := make([]error, n)
 	save := func(i int) {
-		wg.Go(func() { errs[i] = s.Save(ctx, fmt.Sprintf("drain%03d", i), "https://go.dev/") })
+		wg.Go(func() { errs[i] = s.Save(ctx, fmt.Sprintf("drain%03d", i), NewLink{URL: "https://go.dev/"}) })
 	}
 	// One create at a time until each worker waits on the lock with it,
 	// then enough to fill the queue.
@@ -341,7 +341,7 @@ WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&n); err 
 	}
 
 	// After close, a create is refused as a 503 is, with one prefix.
-	err = s.Save(ctx, "late001", "https://go.dev/")
+	err = s.Save(ctx, "late001", NewLink{URL: "https://go.dev/"})
 	if !errors.Is(err, errGroupCommitClosed) {
 		t.Fatalf("save after close: %v, want errGroupCommitClosed", err)
 	}

@@ -25,26 +25,48 @@ const bodyTimeout = 2 * time.Second
 // up. With 62^7 codes a second attempt is already a once-in-millions event.
 const maxCodeAttempts = 5
 
-// Store is where links live: memoryStore (step 01) or pgStore (step 02).
+// Store is where links live: memoryStore (step 01) or pgStore (step 02),
+// and the caches and wrappers in front of them, each a Store around a Store.
 // Save returns ErrCodeTaken if code is in use; Lookup returns ErrNotFound.
 type Store interface {
-	Save(ctx context.Context, code, url string) error
-	Lookup(ctx context.Context, code string) (string, error)
+	Save(ctx context.Context, code string, l NewLink) error
+	// Lookup returns what a redirect needs; a deleted link is a Target
+	// with Deleted set, so that caches can keep the tombstone.
+	Lookup(ctx context.Context, code string) (Target, error)
 	// Link returns a link with its creation time and clicks, or ErrNotFound.
 	Link(ctx context.Context, code string) (Link, error)
 	// AddClicks adds one click for each entry of codes (a code may repeat).
 	AddClicks(ctx context.Context, codes []string) error
+	// Change edits or deletes a link whose token hashes to tokenHash, and
+	// returns it as it now is: ErrNotFound, ErrGone (deleted already) or
+	// ErrForbidden change nothing. Each cache in front drops (or
+	// replaces) what it holds of the code once the store has committed.
+	Change(ctx context.Context, code string, tokenHash []byte, ch LinkChange) (Link, error)
+	// TakeClick counts a click of a link with max_clicks (if count; a HEAD
+	// does not), and reports whether the link had a click left: false
+	// means 410, and nothing counted.
+	TakeClick(ctx context.Context, code string, count bool) (bool, error)
 }
 
 func handleShorten(store Store, cfg config, log *slog.Logger) http.Handler {
 	type request struct {
-		URL string `json:"url"`
+		URL       string    `json:"url"`
+		ExpiresAt jsonField `json:"expires_at"` // RFC 3339; absent or null: never
+		MaxClicks jsonField `json:"max_clicks"` // absent or null: no limit
+		Redirect  jsonField `json:"redirect"`   // absent: 302
 	}
 	type response struct {
-		Code     string `json:"code"`
-		ShortURL string `json:"short_url"`
-		URL      string `json:"url"`
+		Code      string     `json:"code"`
+		ShortURL  string     `json:"short_url"`
+		URL       string     `json:"url"`
+		Redirect  int        `json:"redirect"`
+		ExpiresAt *time.Time `json:"expires_at"`
+		MaxClicks *int64     `json:"max_clicks"`
+		// Token is returned here and nowhere else, ever: only its hash
+		// is stored. It is what PATCH and DELETE /api/links/{code} ask for.
+		Token string `json:"token"`
 	}
+	now := cfg.clock()
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		// The body gets bodyTimeout to arrive, not what is left of the
 		// server's ReadTimeout: a create waiting for its body holds one
@@ -65,42 +87,81 @@ func handleShorten(store Store, cfg config, log *slog.Logger) http.Handler {
 			writeError(w, r, log, fmt.Errorf(`%w: field "url" is required`, ErrBadRequest))
 			return
 		}
-		u, err := normalizeURL(req.URL)
+		target, err := checkTarget(cfg, r, req.URL)
 		if err != nil {
 			writeError(w, r, log, err)
 			return
 		}
-		if cfg.baseURL == "" && r.Host == "" {
-			// HTTP/1.0 may leave Host out, and there is then no short
-			// URL to give back.
-			writeError(w, r, log, fmt.Errorf("%w: a Host header is required", ErrBadRequest))
-			return
+		link := NewLink{URL: target, Redirect: defaultRedirect}
+		if req.ExpiresAt.set && !req.ExpiresAt.null() {
+			if link.ExpiresAt, err = parseExpiresAt(req.ExpiresAt.raw, now()); err != nil {
+				writeError(w, r, log, err)
+				return
+			}
 		}
-		if h := u.Hostname(); sameHost(h, cfg.baseHost) || sameHost(h, requestHost(r)) {
-			writeError(w, r, log, ErrOwnHost)
-			return
+		if req.MaxClicks.set && !req.MaxClicks.null() {
+			if link.MaxClicks, err = parseMaxClicks(req.MaxClicks.raw); err != nil {
+				writeError(w, r, log, err)
+				return
+			}
 		}
-		target := u.String()
-		code, err := saveWithNewCode(r.Context(), store, target)
+		if req.Redirect.set {
+			if link.Redirect, err = parseRedirect(req.Redirect.raw); err != nil {
+				writeError(w, r, log, err)
+				return
+			}
+		}
+		token, hash := newToken()
+		link.TokenHash = hash
+		code, err := saveWithNewCode(r.Context(), store, link)
 		if err != nil {
 			writeError(w, r, log, err)
 			return
 		}
 		short := shortURL(cfg, r, code)
+		resp := response{Code: code, ShortURL: short, URL: target, Redirect: link.Redirect, Token: token}
+		if !link.ExpiresAt.IsZero() {
+			resp.ExpiresAt = &link.ExpiresAt
+		}
+		if link.MaxClicks > 0 {
+			resp.MaxClicks = &link.MaxClicks
+		}
 		w.Header().Set("Location", short)
-		writeJSON(w, r, log, http.StatusCreated, response{Code: code, ShortURL: short, URL: target})
+		// The token is a secret: no cache between here and the client
+		// may keep this answer.
+		w.Header().Set("Cache-Control", "no-store")
+		writeJSON(w, r, log, http.StatusCreated, resp)
 	})
 }
 
-// saveWithNewCode stores target under a fresh random code, drawing again if
+// checkTarget checks a URL a client wants a link to lead to, on a create
+// and on an edit alike, and returns it as it is stored: normalizeURL's
+// form, and never this shortener itself.
+func checkTarget(cfg config, r *http.Request, raw string) (string, error) {
+	u, err := normalizeURL(raw)
+	if err != nil {
+		return "", err
+	}
+	if cfg.baseURL == "" && r.Host == "" {
+		// HTTP/1.0 may leave Host out, and there is then no short
+		// URL to give back, nor a host to compare with.
+		return "", fmt.Errorf("%w: a Host header is required", ErrBadRequest)
+	}
+	if h := u.Hostname(); sameHost(h, cfg.baseHost) || sameHost(h, requestHost(r)) {
+		return "", ErrOwnHost
+	}
+	return u.String(), nil
+}
+
+// saveWithNewCode stores link under a fresh random code, drawing again if
 // the code is taken.
-func saveWithNewCode(ctx context.Context, store Store, target string) (string, error) {
+func saveWithNewCode(ctx context.Context, store Store, link NewLink) (string, error) {
 	for range maxCodeAttempts {
 		code := newCode()
 		if reservedCodes[code] {
 			continue
 		}
-		err := store.Save(ctx, code, target)
+		err := store.Save(ctx, code, link)
 		if errors.Is(err, ErrCodeTaken) {
 			continue
 		}
@@ -112,9 +173,18 @@ func saveWithNewCode(ctx context.Context, store Store, target string) (string, e
 	return "", fmt.Errorf("save: no free code after %d attempts", maxCodeAttempts)
 }
 
-// handleRedirect answers a code with a 302 to its URL, and counts a click
-// for a GET (a HEAD asks about the link without following it).
-func handleRedirect(store Store, clicks clickRecorder, log *slog.Logger) http.Handler {
+// handleRedirect answers a code with a redirect to its URL, with the
+// link's own status (302 unless it was made with another), and counts a
+// click for a GET (a HEAD asks about the link without following it). A
+// link deleted, past its expiry or out of clicks is 410.
+//
+// A link with max_clicks does not use the click queue: each GET is one
+// statement on Postgres that counts the click only if one is left
+// (Store.TakeClick), so that fifty visitors at once on a link with ten
+// clicks get exactly ten redirects. That costs a write per click, and
+// its round trip, for those links only; every other link is served from
+// the caches and counted off the request's path, as before.
+func handleRedirect(store Store, clicks clickRecorder, now func() time.Time, log *slog.Logger) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		code := r.PathValue("code")
 		if !validCode(code) {
@@ -122,30 +192,64 @@ func handleRedirect(store Store, clicks clickRecorder, log *slog.Logger) http.Ha
 			return
 		}
 		target, err := store.Lookup(r.Context(), code)
+		if err == nil {
+			err = target.check(now)
+		}
 		if err != nil {
 			writeError(w, r, log, err)
 			return
 		}
-		if r.Method == http.MethodGet {
+		count := r.Method == http.MethodGet
+		if target.Limited {
+			left, err := store.TakeClick(r.Context(), code, count)
+			if err == nil && !left {
+				err = fmt.Errorf("%w: no clicks left", ErrGone)
+			}
+			if err != nil {
+				writeError(w, r, log, err)
+				return
+			}
+		} else if count {
 			clicks.Click(r.Context(), code)
 		}
 		// Set directly: the key is in canonical form already, and
 		// Header.Set would check that on every redirect.
-		w.Header()["Location"] = []string{target}
-		w.WriteHeader(http.StatusFound)
+		w.Header()["Location"] = []string{target.URL}
+		w.WriteHeader(target.Status)
 	})
+}
+
+// linkJSON is a link as GET, PATCH and DELETE /api/links/{code} show it:
+// never its token, which is not kept. expires_at and max_clicks are null
+// when not set; expired says whether the link is past either.
+type linkJSON struct {
+	Code      string     `json:"code"`
+	URL       string     `json:"url"`
+	CreatedAt time.Time  `json:"created_at"`
+	Clicks    int64      `json:"clicks"`
+	Redirect  int        `json:"redirect"`
+	ExpiresAt *time.Time `json:"expires_at"`
+	MaxClicks *int64     `json:"max_clicks"`
+	Expired   bool       `json:"expired"`
+}
+
+func newLinkJSON(l Link, now time.Time) linkJSON {
+	j := linkJSON{Code: l.Code, URL: l.URL, CreatedAt: l.CreatedAt, Clicks: l.Clicks, Redirect: l.Redirect}
+	if !l.ExpiresAt.IsZero() {
+		j.ExpiresAt = &l.ExpiresAt
+		j.Expired = !now.Before(l.ExpiresAt)
+	}
+	if l.MaxClicks > 0 {
+		j.MaxClicks = &l.MaxClicks
+		j.Expired = j.Expired || l.Clicks >= l.MaxClicks
+	}
+	return j
 }
 
 // handleLinkInfo answers GET /api/links/{code} with the link and its clicks.
 // Clicks that are still in the queue are not counted yet (at most
-// CLICK_FLUSH behind).
-func handleLinkInfo(store Store, log *slog.Logger) http.Handler {
-	type response struct {
-		Code      string    `json:"code"`
-		URL       string    `json:"url"`
-		CreatedAt time.Time `json:"created_at"`
-		Clicks    int64     `json:"clicks"`
-	}
+// CLICK_FLUSH behind). A deleted link is 410.
+func handleLinkInfo(store Store, now func() time.Time, log *slog.Logger) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		code := r.PathValue("code")
 		if !validCode(code) {
@@ -153,11 +257,14 @@ func handleLinkInfo(store Store, log *slog.Logger) http.Handler {
 			return
 		}
 		l, err := store.Link(r.Context(), code)
+		if err == nil && !l.DeletedAt.IsZero() {
+			err = fmt.Errorf("%w: deleted", ErrGone)
+		}
 		if err != nil {
 			writeError(w, r, log, err)
 			return
 		}
-		writeJSON(w, r, log, http.StatusOK, response{Code: l.Code, URL: l.URL, CreatedAt: l.CreatedAt, Clicks: l.Clicks})
+		writeJSON(w, r, log, http.StatusOK, newLinkJSON(l, now()))
 	})
 }
 

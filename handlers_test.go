@@ -184,6 +184,11 @@ func testRouting(t *testing.T, store Store) {
 		{"POST", "/healthz", 405, "GET, HEAD"},
 		{"PUT", "/healthz", 405, "GET, HEAD"},
 		{"DELETE", "/healthz", 405, "GET, HEAD"},
+		// A link's API path takes GET (and HEAD), PATCH and DELETE.
+		{"PUT", "/api/links/abcdefg", 405, "GET, HEAD, PATCH, DELETE"},
+		{"POST", "/api/links/abcdefg", 405, "GET, HEAD, PATCH, DELETE"},
+		{"PATCH", "/api/links/abcdefg", 401, ""},
+		{"DELETE", "/api/links/abcdefg", 401, ""},
 	}
 	for _, tt := range tests {
 		rec := do(t, h, tt.method, tt.path, "")

@@ -424,7 +424,7 @@ func TestLimiterErrorReply(t *testing.T) {
 	c.counts = counts.results()
 	look := lookInto(t, opts)
 	ctx := context.Background()
-	if err := look.Set(ctx, prefix+"cached1", "https://go.dev/cached", time.Minute).Err(); err != nil {
+	if err := look.Set(ctx, prefix+"cached1", cachedValue("https://go.dev/cached"), time.Minute).Err(); err != nil {
 		t.Fatal(err)
 	}
 	ip := netip.MustParseAddr("192.0.2.9")
@@ -441,8 +441,8 @@ func TestLimiterErrorReply(t *testing.T) {
 	if !strings.Contains(logs.String(), "redis refused, counting in this process") {
 		t.Errorf("log does not say Redis refused:\n%s", logs)
 	}
-	if got, err := c.Lookup(ctx, "cached1"); err != nil || got != "https://go.dev/cached" || counts.hit.get() != 1 {
-		t.Errorf("cache after the limiter's errors: Lookup = %q, %v (%v); want a hit", got, err, &counts)
+	if got, err := c.Lookup(ctx, "cached1"); err != nil || got.URL != "https://go.dev/cached" || counts.hit.get() != 1 {
+		t.Errorf("cache after the limiter's errors: Lookup = %q, %v (%v); want a hit", got.URL, err, &counts)
 	}
 }
 

@@ -108,6 +108,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		m.watchDB(pg.db)
 	}
 	var rdb *guardedRedis
+	var cache *cachedStore
 	if cfg.redis != nil {
 		rdb = openRedis(ctx, cfg.redis, cfg.redisTimeout, log)
 		defer func() {
@@ -116,8 +117,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			}
 		}()
 		m.watchRedis(rdb.Client)
-		cache := newCachedStore(store, rdb, cfg.cacheTTL, m.cacheResults("redis"), log)
+		cache = newCachedStore(store, rdb, cfg.cacheTTL, m.cacheResults("redis"), log)
 		cache.prefix = cfg.redisPrefix + cache.prefix
+		cache.channel = cfg.redisPrefix + invalidationChannel
+		cache.inval = m.invalidationCounts()
 		store = cache
 		log.Info("cache enabled", "redis", cfg.redis.Addr, "ttl", cfg.cacheTTL, "timeout", cfg.redisTimeout)
 	}
@@ -178,6 +181,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			wg.Wait()
 		}()
 	}
+	// The caches in this process that an edit on another instance must
+	// reach: each drops a code, or purges all. (The negative cache holds
+	// only codes Postgres did not have, which an edit cannot be about;
+	// it forgets the code all the same, as it does for a create.)
+	var drops []func(code string)
+	var purges []func()
+	if neg != nil {
+		drops = append(drops, neg.forget)
+	}
 	if cfg.localCacheBytes != 0 && cfg.databaseURL != "" {
 		// (The memory store is a map already: a second one in front of
 		// it would only cost a lock.)
@@ -185,10 +197,25 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		if size == localCacheAuto {
 			size, sizedBy = localCacheDefault(processMemory(debug.SetMemoryLimit(-1), os.ReadFile))
 		}
-		if store, err = newLocalCache(store, size, cfg.localCacheTTL, m.cacheResults("local")); err != nil {
+		local, err := newLocalCache(store, size, cfg.localCacheTTL, m.cacheResults("local"))
+		if err != nil {
 			return err
 		}
+		store = local
+		drops, purges = append(drops, local.drop), append(purges, local.purge)
 		log.Info("local cache enabled", "bytes", size, "sized_by", sizedBy, "ttl", cfg.localCacheTTL)
+	}
+	if cache != nil {
+		// Edits made on other instances reach this one's memory through
+		// Redis, and changes Redis missed are retried (invalidate.go).
+		// Closed before Redis is.
+		sub := startSubscriber(rdb, cache.channel, drops, purges, cache.retryPending, m.invalidationCounts(), log)
+		defer func() {
+			if err := sub.close(); err != nil {
+				log.Error("close invalidations", "err", err)
+			}
+		}()
+		log.Info("invalidations subscribed", "channel", cache.channel, "listeners", len(drops))
 	}
 	var limiter *createLimiter
 	if cfg.limits.createRate > 0 {

@@ -27,8 +27,8 @@ const metricsNamespace = "shortener"
 // deadlines are 50 ms (REDIS_TIMEOUT), 500 ms (DB_TIMEOUT) and 2 s (a
 // create's body), so a bound sits on each of them and a request cut short
 // by one shows up in its own bucket. Fourteen bounds, plus +Inf, a sum and
-// a count, for each of seven route values (four routes, GET /shorten's
-// 405, unmatched and shed) is 119 series: cheap to scrape and store.
+// a count, for each of nine route values (six routes, GET /shorten's
+// 405, unmatched and shed) is 153 series: cheap to scrape and store.
 var durationBuckets = []float64{
 	0.0001, 0.00025, 0.0005, // cache hits
 	0.001, 0.0025, 0.005, 0.01, 0.025, // Redis, Postgres, creates
@@ -75,6 +75,9 @@ type metrics struct {
 	replica   *prometheus.CounterVec
 	lookups   *prometheus.CounterVec // Postgres lookup queries, by result
 	coalesced prometheus.Counter     // lookups answered by another caller's flight
+	changes   *prometheus.CounterVec // edits and deletes, by op and result
+	inval     *prometheus.CounterVec // invalidations sent and received, by result
+	purges    prometheus.Counter     // local cache purged on (re)subscribing
 	bloom     bloomMetrics
 	negHits   prometheus.Counter // lookups answered by the negative cache
 }
@@ -137,6 +140,15 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 		[]string{"result"})).(*prometheus.CounterVec)
 	m.coalesced = f(prometheus.NewCounter(prometheus.CounterOpts(opts("lookups_coalesced_total",
 		"Lookups that missed the local cache and were answered by another caller's lookup of the same code, already under way.")))).(prometheus.Counter)
+	m.changes = f(prometheus.NewCounterVec(prometheus.CounterOpts(opts("link_changes_total",
+		"Edits (PATCH) and deletes (DELETE) of links, by op (edit, delete) and result (ok, unauthorized, forbidden, not_found, gone, bad_request, error).")),
+		[]string{"op", "result"})).(*prometheus.CounterVec)
+	m.inval = f(prometheus.NewCounterVec(prometheus.CounterOpts(opts("invalidations_total",
+		"Cache invalidations: sent (written to Redis and published after an edit), send_failed (Redis not reached: retried), "+
+			"received (a code from another instance, or this one, dropped from the local cache), bad (a message that is not a code, ignored).")),
+		[]string{"result"})).(*prometheus.CounterVec)
+	m.purges = f(prometheus.NewCounter(prometheus.CounterOpts(opts("invalidation_purges_total",
+		"Times the whole local cache was emptied because the invalidation subscription was (re)made: what was published while it was down is unknown.")))).(prometheus.Counter)
 	m.bloom.lookups = f(prometheus.NewCounterVec(prometheus.CounterOpts(opts("bloom_lookups_total",
 		"Lookups the Bloom filter answered, by result: no (unknown for sure, answered 404 with no query), maybe (passed to the store), untrusted (passed to the store because the filter is not built yet, or may be missing codes: see shortener_bloom_trusted).")),
 		[]string{"result"})).(*prometheus.CounterVec)
@@ -167,7 +179,8 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 	)
 	// Every route answers with a series from the first scrape, so that a
 	// rate() over a route that has had no error yet is 0, not absent.
-	for _, route := range []string{"GET /{code}", "POST /shorten", "GET /api/links/{code}", "GET /healthz"} {
+	for _, route := range []string{"GET /{code}", "POST /shorten", "GET /api/links/{code}", "GET /healthz",
+		"PATCH /api/links/{code}", "DELETE /api/links/{code}"} {
 		m.duration.WithLabelValues(route)
 	}
 	for _, c := range []string{"local", "redis"} {
@@ -177,6 +190,14 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 	}
 	for _, r := range []string{"found", "not_found", "error"} {
 		m.lookups.WithLabelValues(r)
+	}
+	for _, op := range []string{"edit", "delete"} {
+		for _, r := range []string{"ok", "unauthorized", "forbidden", "not_found", "gone", "bad_request", "error"} {
+			m.changes.WithLabelValues(op, r)
+		}
+	}
+	for _, r := range []string{"sent", "send_failed", "received", "bad"} {
+		m.inval.WithLabelValues(r)
 	}
 	for _, r := range []string{"ok", "failed"} {
 		m.bloom.sweeps.WithLabelValues(r)
@@ -275,6 +296,31 @@ func (m *metrics) coalescedCounter() counter {
 		return noCount{}
 	}
 	return m.coalesced
+}
+
+// editCounter counts an edit or delete by op and result (editResult's
+// fixed set).
+func (m *metrics) editCounter() editResults {
+	if m == nil {
+		return func(string, string) {}
+	}
+	return func(op, result string) { m.changes.WithLabelValues(op, result).Inc() }
+}
+
+// invalidationCounts are the invalidations' counters (invalidate.go).
+type invalidationCounts struct{ sent, sendFailed, received, bad, purges counter }
+
+func (m *metrics) invalidationCounts() invalidationCounts {
+	if m == nil {
+		return invalidationCounts{noCount{}, noCount{}, noCount{}, noCount{}, noCount{}}
+	}
+	return invalidationCounts{
+		sent:       m.inval.WithLabelValues("sent"),
+		sendFailed: m.inval.WithLabelValues("send_failed"),
+		received:   m.inval.WithLabelValues("received"),
+		bad:        m.inval.WithLabelValues("bad"),
+		purges:     m.purges,
+	}
 }
 
 // bloomCounts are the counters the Bloom filter and its feed count in.
@@ -506,7 +552,7 @@ func (m *metrics) series(method, route string, status int) requestSeries {
 // methodLabel folds every method a client can invent into one value.
 func methodLabel(m string) string {
 	switch m {
-	case http.MethodGet, http.MethodHead, http.MethodPost:
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPatch, http.MethodDelete:
 		return m
 	default:
 		return "other"
@@ -525,6 +571,8 @@ func statusLabel(s int) string {
 		return "302"
 	case http.StatusNotFound:
 		return "404"
+	case http.StatusGone:
+		return "410"
 	case http.StatusTooManyRequests:
 		return "429"
 	case http.StatusServiceUnavailable:

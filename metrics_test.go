@@ -236,7 +236,7 @@ func TestMetricsCount(t *testing.T) {
 	for range 2 {
 		m := newMetrics(prometheus.NewRegistry())
 		store := newMemoryStore()
-		if err := store.Save(context.Background(), "abcDEF1", "https://go.dev/"); err != nil {
+		if err := store.Save(context.Background(), "abcDEF1", NewLink{URL: "https://go.dev/"}); err != nil {
 			t.Fatal(err)
 		}
 		lim := newCreateLimiter(1, 1, nil, discardLog)
@@ -269,8 +269,8 @@ func TestMetricsCount(t *testing.T) {
 		if got := testutil.ToFloat64(m.limited); got != 1 {
 			t.Errorf("limited = %v, want 1", got)
 		}
-		if got := testutil.CollectAndCount(m.duration); got != 5 {
-			t.Errorf("duration histograms = %d, want 5 (four routes and unmatched)", got)
+		if got := testutil.CollectAndCount(m.duration); got != 7 {
+			t.Errorf("duration histograms = %d, want 7 (six routes and unmatched)", got)
 		}
 	}
 

@@ -76,7 +76,7 @@ func newNegCache(store Store, size int, ttl time.Duration, up bool, hits counter
 // Lookup answers ErrNotFound for a code the store said it did not have
 // less than ttl ago, and otherwise asks the store, remembering a "not
 // found".
-func (n *negCache) Lookup(ctx context.Context, code string) (string, error) {
+func (n *negCache) Lookup(ctx context.Context, code string) (Target, error) {
 	n.mu.RLock()
 	up := n.up
 	expires, cached := n.entries[code]
@@ -87,13 +87,13 @@ func (n *negCache) Lookup(ctx context.Context, code string) (string, error) {
 	}
 	if cached && n.now() < expires {
 		n.hits.Inc()
-		return "", ErrNotFound
+		return Target{}, ErrNotFound
 	}
-	url, err := n.Store.Lookup(ctx, code)
+	t, err := n.Store.Lookup(ctx, code)
 	if errors.Is(err, ErrNotFound) {
 		n.remember(code, ticket)
 	}
-	return url, err
+	return t, err
 }
 
 // remember stores "not found" for code, unless code was forgotten since

@@ -24,7 +24,7 @@ func newTestNegCache(t *testing.T, size int) (*negCache, *pgStore, *testCount, *
 func wantNotFound(t *testing.T, s Store, code string) {
 	t.Helper()
 	if url, err := s.Lookup(context.Background(), code); !errors.Is(err, ErrNotFound) {
-		t.Fatalf("Lookup(%s) = %q, %v; want ErrNotFound", code, url, err)
+		t.Fatalf("Lookup(%s) = %q, %v; want ErrNotFound", code, url.URL, err)
 	}
 }
 
@@ -62,11 +62,11 @@ func TestNegCacheCreateRemovesEntry(t *testing.T) {
 	store := &announcingStore{Store: n, feed: feed}
 	code := newCode()
 	wantNotFound(t, store, code)
-	if err := store.Save(context.Background(), code, "https://go.dev/now"); err != nil {
+	if err := store.Save(context.Background(), code, NewLink{URL: "https://go.dev/now"}); err != nil {
 		t.Fatal(err)
 	}
-	if url, err := store.Lookup(context.Background(), code); err != nil || url != "https://go.dev/now" {
-		t.Errorf("after the create: Lookup = %q, %v; want the URL", url, err)
+	if url, err := store.Lookup(context.Background(), code); err != nil || url.URL != "https://go.dev/now" {
+		t.Errorf("after the create: Lookup = %q, %v; want the URL", url.URL, err)
 	}
 	if queries.get() != 1 {
 		t.Errorf("%d not-found queries, want 1", queries.get())
@@ -80,7 +80,7 @@ type blockingStore struct {
 	answered, release chan struct{}
 }
 
-func (b *blockingStore) Lookup(ctx context.Context, code string) (string, error) {
+func (b *blockingStore) Lookup(ctx context.Context, code string) (Target, error) {
 	url, err := b.Store.Lookup(ctx, code)
 	b.answered <- struct{}{}
 	<-b.release
@@ -158,8 +158,8 @@ func TestNegCacheBounded(t *testing.T) {
 // errStore fails every lookup.
 type errStore struct{ Store }
 
-func (errStore) Lookup(context.Context, string) (string, error) {
-	return "", errors.New("postgres is down")
+func (errStore) Lookup(context.Context, string) (Target, error) {
+	return Target{}, errors.New("postgres is down")
 }
 
 // TestNegCacheKeepsOnlyNotFound: an error says nothing of the code, and

@@ -284,16 +284,11 @@ func TestNginxEdge(t *testing.T) {
 func TestNginxEdgeNoInstance(t *testing.T) {
 	t.Parallel()
 	nginxBin := findNginx(t)
-	// A port nothing listens on: taken from the kernel, then given back.
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("listen: %v", err)
-	}
-	port := portOf(t, l.Addr())
-	if err := l.Close(); err != nil {
-		t.Fatalf("close listener: %v", err)
-	}
-	ngx := startNginx(t, nginxBin, port)
+	// Port 1 on loopback: nothing listens there, and, below 1024, no test
+	// can take it. (A port taken from the kernel and given back could be
+	// handed at once to another test running in parallel, or to this
+	// nginx itself: CI saw a run where it was.)
+	ngx := startNginx(t, nginxBin, "1")
 	for _, method := range []string{http.MethodGet, http.MethodPost} {
 		req, err := http.NewRequest(method, ngx.url+"/abcdefg", strings.NewReader(`{"url":"https://go.dev"}`))
 		if err != nil {

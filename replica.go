@@ -46,16 +46,20 @@ func (r *replicaReads) budget(ctx context.Context) (read, replica context.Contex
 // replicaResults counts how each read went (metrics.go).
 type replicaResults struct{ hit, missed, failed counter }
 
-func (r *replicaReads) Lookup(ctx context.Context, code string) (string, error) {
+// Lookup reads from the replica, then the primary. A link edited a moment
+// ago may still be read as it was from a replica behind by its lag; the
+// Redis cache keeps the newer version (its versions only go up), so only
+// a lookup that misses Redis within the lag can see the old one.
+func (r *replicaReads) Lookup(ctx context.Context, code string) (Target, error) {
 	ctx, rctx, cancel := r.budget(ctx)
 	defer cancel()
-	url, err := r.replica.Lookup(rctx, code)
+	t, err := r.replica.Lookup(rctx, code)
 	switch {
 	case err == nil:
 		r.counts.hit.Inc()
-		return url, nil
+		return t, nil
 	case ctx.Err() != nil:
-		return "", err
+		return Target{}, err
 	case errors.Is(err, ErrNotFound):
 		r.counts.missed.Inc()
 	default:

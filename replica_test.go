@@ -40,11 +40,11 @@ func TestReplicaReadsFallBack(t *testing.T) {
 	r := &replicaReads{Store: primary, replica: behind, counts: m.replicaResults()}
 	ctx := context.Background()
 
-	if err := r.Save(ctx, "fresh01", "https://go.dev/fresh"); err != nil {
+	if err := r.Save(ctx, "fresh01", NewLink{URL: "https://go.dev/fresh"}); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := r.Lookup(ctx, "fresh01"); err != nil || got != "https://go.dev/fresh" {
-		t.Errorf("lookup right after save = %q, %v; want the link, from the primary", got, err)
+	if got, err := r.Lookup(ctx, "fresh01"); err != nil || got.URL != "https://go.dev/fresh" {
+		t.Errorf("lookup right after save = %q, %v; want the link, from the primary", got.URL, err)
 	}
 	if l, err := r.Link(ctx, "fresh01"); err != nil || l.URL != "https://go.dev/fresh" {
 		t.Errorf("link right after save = %+v, %v", l, err)
@@ -52,8 +52,8 @@ func TestReplicaReadsFallBack(t *testing.T) {
 	if err := behind.db.QueryRow(`INSERT INTO links (code, url) VALUES ('onrepl1', 'https://go.dev/r') RETURNING code`).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := r.Lookup(ctx, "onrepl1"); err != nil || got != "https://go.dev/r" {
-		t.Errorf("lookup of a link on the replica = %q, %v", got, err)
+	if got, err := r.Lookup(ctx, "onrepl1"); err != nil || got.URL != "https://go.dev/r" {
+		t.Errorf("lookup of a link on the replica = %q, %v", got.URL, err)
 	}
 	if _, err := r.Lookup(ctx, "nothere"); !errors.Is(err, ErrNotFound) {
 		t.Errorf("lookup of an unknown code: %v, want ErrNotFound", err)
@@ -89,11 +89,11 @@ func TestReplicaReadsFailing(t *testing.T) {
 	primary.lookups, broken.lookups = m.dbLookups(), m.dbLookups()
 	r := &replicaReads{Store: primary, replica: broken, counts: m.replicaResults()}
 	ctx := context.Background()
-	if err := r.Save(ctx, "saved01", "https://go.dev/"); err != nil {
+	if err := r.Save(ctx, "saved01", NewLink{URL: "https://go.dev/"}); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := r.Lookup(ctx, "saved01"); err != nil || got != "https://go.dev/" {
-		t.Errorf("lookup = %q, %v; want the link from the primary", got, err)
+	if got, err := r.Lookup(ctx, "saved01"); err != nil || got.URL != "https://go.dev/" {
+		t.Errorf("lookup = %q, %v; want the link from the primary", got.URL, err)
 	}
 	if got := testutil.ToFloat64(m.replica.WithLabelValues("failed")); got != 1 {
 		t.Errorf("replica reads failed = %v, want 1", got)
@@ -156,11 +156,11 @@ func TestReplicaReadsStalled(t *testing.T) {
 	m := newMetrics(prometheus.NewRegistry())
 	r := &replicaReads{Store: primary, replica: replica, counts: m.replicaResults(), timeout: dbTimeout}
 	ctx := context.Background()
-	if err := primary.Save(ctx, "stall01", "https://go.dev/stall"); err != nil {
+	if err := primary.Save(ctx, "stall01", NewLink{URL: "https://go.dev/stall"}); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := r.Lookup(ctx, "stall01"); err != nil || got != "https://go.dev/stall" {
-		t.Fatalf("lookup through a working replica = %q, %v", got, err)
+	if got, err := r.Lookup(ctx, "stall01"); err != nil || got.URL != "https://go.dev/stall" {
+		t.Fatalf("lookup through a working replica = %q, %v", got.URL, err)
 	}
 	if got := testutil.ToFloat64(m.replica.WithLabelValues("hit")); got != 1 {
 		t.Fatalf("replica reads hit = %v, want 1 before the stall", got)
@@ -169,9 +169,9 @@ func TestReplicaReadsStalled(t *testing.T) {
 	proxy.stall()
 	start := time.Now()
 	got, err := r.Lookup(ctx, "stall01")
-	if took := time.Since(start); err != nil || got != "https://go.dev/stall" || took >= dbTimeout {
+	if took := time.Since(start); err != nil || got.URL != "https://go.dev/stall" || took >= dbTimeout {
 		t.Errorf("lookup with the replica stalled = %q, %v after %v; want the link from the primary within DB_TIMEOUT (%v)",
-			got, err, took, dbTimeout)
+			got.URL, err, took, dbTimeout)
 	}
 	start = time.Now()
 	_, err = r.Lookup(ctx, "nothere")

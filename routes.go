@@ -14,8 +14,12 @@ func addRoutes(mux *http.ServeMux, store Store, clicks clickRecorder, limiter *c
 	// Without this, GET /{code} would take GET /shorten for a code.
 	mux.Handle("GET /shorten", handleMethodNotAllowed(allowOverrides["/shorten"], log))
 	mux.Handle("GET /healthz", handleHealthz())
-	mux.Handle("GET /{code}", handleRedirect(store, clicks, log))
-	mux.Handle("GET /api/links/{code}", handleLinkInfo(store, log))
+	mux.Handle("GET /{code}", handleRedirect(store, clicks, cfg.clock(), log))
+	mux.Handle("GET /api/links/{code}", handleLinkInfo(store, cfg.clock(), log))
+	// Edits and deletes draw on the same allowance as creates: each is a
+	// write to Postgres that a client could otherwise repeat without end.
+	mux.Handle("PATCH /api/links/{code}", limitCreates(limiter, m.limitedCounter(), log, handleEdit(store, cfg, m.editCounter(), log)))
+	mux.Handle("DELETE /api/links/{code}", limitCreates(limiter, m.limitedCounter(), log, handleDelete(store, m.editCounter(), log)))
 }
 
 // allowOverrides is the Allow header of a 405 for paths where ServeMux would

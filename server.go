@@ -113,7 +113,7 @@ func (l *idleConnLimit) connState(c net.Conn, state http.ConnState) {
 func handleUnmatched(mux *http.ServeMux, log *slog.Logger) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var allow []string
-		for _, method := range []string{http.MethodGet, http.MethodPost} {
+		for _, method := range []string{http.MethodGet, http.MethodPost, http.MethodPatch, http.MethodDelete} {
 			if method == r.Method || (method == http.MethodGet && r.Method == http.MethodHead) {
 				continue
 			}

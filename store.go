@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"sync"
 	"time"
@@ -9,9 +10,26 @@ import (
 // Link is a short link and what is known about it.
 type Link struct {
 	Code      string
-	URL       string
+	URL       string // "" once deleted
 	CreatedAt time.Time
 	Clicks    int64
+	Redirect  int       // 301, 302, 307 or 308
+	ExpiresAt time.Time // zero: never
+	MaxClicks int64     // 0: no limit
+	DeletedAt time.Time // zero: not deleted
+	Version   int64     // 1 when made, one more for each edit and the delete
+}
+
+// target is what a redirect needs of l (see Target).
+func (l Link) target() Target {
+	return Target{URL: l.URL, Status: l.Redirect, ExpiresAt: l.ExpiresAt, Limited: l.MaxClicks > 0,
+		Deleted: !l.DeletedAt.IsZero(), Version: l.Version}
+}
+
+// memLink is a link as the memory store keeps it.
+type memLink struct {
+	Link      // Clicks unused: memoryStore.clicks counts them
+	tokenHash []byte
 }
 
 // memoryStore keeps links in a map. A sync.RWMutex lets any number of
@@ -19,52 +37,58 @@ type Link struct {
 // concurrent use, and the race detector (go test -race) catches code that
 // forgets.
 type memoryStore struct {
-	mu      sync.RWMutex
-	links   map[string]string    // code → URL
-	created map[string]time.Time // code → when it was made
-	clicks  map[string]int64     // code → clicks
+	mu     sync.RWMutex
+	links  map[string]*memLink // code → link
+	clicks map[string]int64    // code → clicks
+	now    func() time.Time    // when a link is made or deleted; time.Now
 }
 
 func newMemoryStore() *memoryStore {
-	return &memoryStore{
-		links:   make(map[string]string),
-		created: make(map[string]time.Time),
-		clicks:  make(map[string]int64),
-	}
+	return &memoryStore{links: make(map[string]*memLink), clicks: make(map[string]int64), now: time.Now}
 }
 
-// Save stores url under code, or returns ErrCodeTaken.
-func (s *memoryStore) Save(ctx context.Context, code, url string) error {
+// Save stores l under code, or returns ErrCodeTaken.
+func (s *memoryStore) Save(ctx context.Context, code string, l NewLink) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, ok := s.links[code]; ok {
 		return ErrCodeTaken
 	}
-	s.links[code] = url
-	s.created[code] = time.Now().UTC()
+	redirect := l.Redirect
+	if redirect == 0 {
+		redirect = defaultRedirect
+	}
+	s.links[code] = &memLink{
+		Link: Link{Code: code, URL: l.URL, CreatedAt: s.now().UTC(), Redirect: redirect,
+			ExpiresAt: l.ExpiresAt, MaxClicks: l.MaxClicks, Version: 1},
+		tokenHash: bytes.Clone(l.TokenHash),
+	}
 	return nil
 }
 
-// Lookup returns the URL stored under code, or ErrNotFound.
-func (s *memoryStore) Lookup(ctx context.Context, code string) (string, error) {
+// Lookup returns what a redirect needs of code, or ErrNotFound. A deleted
+// link is found, as a tombstone (Target.Deleted).
+func (s *memoryStore) Lookup(ctx context.Context, code string) (Target, error) {
 	s.mu.RLock()
-	url, ok := s.links[code]
-	s.mu.RUnlock()
+	defer s.mu.RUnlock()
+	l, ok := s.links[code]
 	if !ok {
-		return "", ErrNotFound
+		return Target{}, ErrNotFound
 	}
-	return url, nil
+	return l.target(), nil
 }
 
 // Link returns everything known about code, or ErrNotFound.
 func (s *memoryStore) Link(ctx context.Context, code string) (Link, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	url, ok := s.links[code]
+	l, ok := s.links[code]
 	if !ok {
 		return Link{}, ErrNotFound
 	}
-	return Link{Code: code, URL: url, CreatedAt: s.created[code], Clicks: s.clicks[code]}, nil
+	link := l.Link
+	link.Clicks = s.clicks[code]
+	return link, nil
 }
 
 // AddClicks adds one click for each entry of codes.
@@ -75,4 +99,59 @@ func (s *memoryStore) AddClicks(ctx context.Context, codes []string) error {
 		s.clicks[c]++
 	}
 	return nil
+}
+
+// Change edits or deletes code if tokenHash is its token's hash, and
+// returns the link as it now is. ErrNotFound, ErrGone (deleted already)
+// and ErrForbidden leave it as it was.
+func (s *memoryStore) Change(ctx context.Context, code string, tokenHash []byte, ch LinkChange) (Link, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	l, ok := s.links[code]
+	switch {
+	case !ok:
+		return Link{}, ErrNotFound
+	case !l.DeletedAt.IsZero():
+		return Link{}, ErrGone
+	case !tokenMatches(l.tokenHash, tokenHash):
+		return Link{}, ErrForbidden
+	}
+	if ch.Delete {
+		l.URL, l.DeletedAt = "", s.now().UTC()
+	}
+	if ch.URL != "" {
+		l.URL = ch.URL
+	}
+	if ch.Redirect != 0 {
+		l.Redirect = ch.Redirect
+	}
+	if ch.SetExpiry {
+		l.ExpiresAt = ch.ExpiresAt
+	}
+	if ch.SetMax {
+		l.MaxClicks = ch.MaxClicks
+	}
+	l.Version++
+	link := l.Link
+	link.Clicks = s.clicks[code]
+	return link, nil
+}
+
+// TakeClick is the click of a link with max_clicks: it counts one (if
+// count) and reports true while the link has clicks left, false once it
+// has none, or is deleted or unknown.
+func (s *memoryStore) TakeClick(ctx context.Context, code string, count bool) (bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	l, ok := s.links[code]
+	if !ok || !l.DeletedAt.IsZero() {
+		return false, nil
+	}
+	if l.MaxClicks > 0 && s.clicks[code] >= l.MaxClicks {
+		return false, nil
+	}
+	if count {
+		s.clicks[code]++
+	}
+	return true, nil
 }

@@ -31,10 +31,42 @@ const migrateTimeout = 30 * time.Second
 //go:embed sql/schema.sql
 var schemaSQL string
 
-// The two statements the app runs on every request.
+// The two statements the app runs on every request. A lookup reads what a
+// redirect needs (Target): a deleted link is found too, as a tombstone.
 const (
-	lookupSQL = `SELECT url FROM links WHERE code = $1`
-	insertSQL = `INSERT INTO links (code, url) VALUES ($1, $2) ON CONFLICT (code) DO NOTHING`
+	lookupSQL = `SELECT url, redirect, expires_at, max_clicks IS NOT NULL, deleted_at IS NOT NULL, version
+FROM links WHERE code = $1`
+	insertSQL = `INSERT INTO links (code, url, expires_at, max_clicks, redirect, token_hash)
+VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (code) DO NOTHING`
+)
+
+// Edits, deletes and limited clicks (links.go). An edit runs in a
+// transaction: the row is locked (FOR UPDATE), its token compared here,
+// in Go, in constant time, and only then changed, so that two edits of
+// one link, or an edit and a delete, take turns.
+const (
+	lockLinkSQL = `SELECT token_hash, deleted_at IS NOT NULL FROM links WHERE code = $1 FOR UPDATE`
+	// linkColumns is what an edit returns: the link as linkSQL reads it.
+	linkColumns = `url, created_at, redirect, expires_at, max_clicks, deleted_at, version,
+       coalesce((SELECT c.clicks FROM click_counts c WHERE c.code = links.code), 0)
+       + (SELECT count(*) FROM click_events e WHERE e.code = links.code)`
+	// takeClickSQL counts a click of a link with max_clicks, if it has
+	// one left, in one statement: the click_counts row is locked by ON
+	// CONFLICT DO UPDATE, and its WHERE is checked against the row as
+	// it is once locked, so concurrent clicks take turns and the count
+	// never passes max_clicks. No row back means no click left (or the
+	// link deleted): nothing was counted. A link whose max_clicks was
+	// cleared since the cache read it is counted here too, with no limit.
+	takeClickSQL = `INSERT INTO click_counts AS c (code, clicks)
+SELECT l.code, 1 FROM links l WHERE l.code = $1 AND l.deleted_at IS NULL
+ON CONFLICT (code) DO UPDATE SET clicks = c.clicks + 1
+WHERE (SELECT l.max_clicks IS NULL OR c.clicks < l.max_clicks FROM links l WHERE l.code = c.code)
+RETURNING c.clicks`
+	// clickLeftSQL is takeClickSQL's question without the click, for a
+	// HEAD.
+	clickLeftSQL = `SELECT l.max_clicks IS NULL OR coalesce(c.clicks, 0) < l.max_clicks
+FROM links l LEFT JOIN click_counts c ON c.code = l.code
+WHERE l.code = $1 AND l.deleted_at IS NULL`
 )
 
 // Clicks, written by the click queue in batches (see clicks.go).
@@ -47,10 +79,7 @@ ON CONFLICT (code) DO UPDATE SET clicks = click_counts.clicks + EXCLUDED.clicks`
 	// addClickRowsSQL writes one row per click (CLICK_STORAGE=rows).
 	addClickRowsSQL = `INSERT INTO click_events (code) SELECT unnest($1::text[])`
 	// linkSQL reads a link and its clicks, however they were stored.
-	linkSQL = `SELECT l.url, l.created_at,
-       coalesce((SELECT c.clicks FROM click_counts c WHERE c.code = l.code), 0)
-       + (SELECT count(*) FROM click_events e WHERE e.code = l.code)
-FROM links l WHERE l.code = $1`
+	linkSQL = `SELECT ` + linkColumns + ` FROM links WHERE code = $1`
 )
 
 // pgStore keeps links in Postgres. database/sql's *sql.DB is not one
@@ -236,11 +265,14 @@ func (s *pgStore) migrate(ctx context.Context) error {
 // code decides, in one statement: if the code is taken the insert does
 // nothing and reports no row affected. There is no window between a check
 // and an insert for another request to slip into.
-func (s *pgStore) Save(ctx context.Context, code, url string) error {
+func (s *pgStore) Save(ctx context.Context, code string, l NewLink) error {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
+	if l.Redirect == 0 {
+		l.Redirect = defaultRedirect
+	}
 	if s.group != nil {
-		err := s.group.save(ctx, code, url)
+		err := s.group.save(ctx, code, l)
 		switch {
 		case err == nil, errors.Is(err, ErrCodeTaken):
 			return err
@@ -251,10 +283,21 @@ func (s *pgStore) Save(ctx context.Context, code, url string) error {
 	err := bounded(ctx, func() error {
 		var res sql.Result
 		var err error
+		// Unset fields go in as NULL.
+		var expires, maxClicks, token any
+		if !l.ExpiresAt.IsZero() {
+			expires = l.ExpiresAt
+		}
+		if l.MaxClicks > 0 {
+			maxClicks = l.MaxClicks
+		}
+		if len(l.TokenHash) > 0 {
+			token = l.TokenHash
+		}
 		if s.insert != nil {
-			res, err = s.insert.ExecContext(ctx, code, url)
+			res, err = s.insert.ExecContext(ctx, code, l.URL, expires, maxClicks, l.Redirect, token)
 		} else {
-			res, err = s.db.ExecContext(ctx, insertSQL, code, url)
+			res, err = s.db.ExecContext(ctx, insertSQL, code, l.URL, expires, maxClicks, l.Redirect, token)
 		}
 		if err != nil {
 			return err
@@ -276,11 +319,11 @@ func (s *pgStore) Save(ctx context.Context, code, url string) error {
 	}
 }
 
-// Lookup returns the URL stored under code, or ErrNotFound.
-func (s *pgStore) Lookup(ctx context.Context, code string) (string, error) {
+// Lookup returns what a redirect needs of code, or ErrNotFound.
+func (s *pgStore) Lookup(ctx context.Context, code string) (Target, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	var url string // written by the call; read only if it returned
+	var t Target // written by the call; read only if it returned
 	err := bounded(ctx, func() error {
 		var row *sql.Row
 		if s.lookup != nil {
@@ -288,18 +331,25 @@ func (s *pgStore) Lookup(ctx context.Context, code string) (string, error) {
 		} else {
 			row = s.db.QueryRowContext(ctx, lookupSQL, code)
 		}
-		return row.Scan(&url)
+		var expires sql.NullTime
+		if err := row.Scan(&t.URL, &t.Status, &expires, &t.Limited, &t.Deleted, &t.Version); err != nil {
+			return err
+		}
+		if expires.Valid {
+			t.ExpiresAt = expires.Time.UTC()
+		}
+		return nil
 	})
 	if errors.Is(err, sql.ErrNoRows) {
 		s.lookups.notFound.Inc()
-		return "", ErrNotFound
+		return Target{}, ErrNotFound
 	}
 	if err != nil {
 		s.lookups.err.Inc()
-		return "", fmt.Errorf("store: lookup %q: %w", code, deadline(ctx, err))
+		return Target{}, fmt.Errorf("store: lookup %q: %w", code, deadline(ctx, err))
 	}
 	s.lookups.found.Inc()
-	return url, nil
+	return t, nil
 }
 
 // deadline returns err, marked as context.DeadlineExceeded if ctx ran out:
@@ -417,9 +467,11 @@ func (s *pgStore) Close() error {
 func (s *pgStore) Link(ctx context.Context, code string) (Link, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	l := Link{Code: code} // written by the call; read only if it returned
+	var l Link // written by the call; read only if it returned
 	err := bounded(ctx, func() error {
-		return s.db.QueryRowContext(ctx, linkSQL, code).Scan(&l.URL, &l.CreatedAt, &l.Clicks)
+		var err error
+		l, err = scanLink(s.db.QueryRowContext(ctx, linkSQL, code), code)
+		return err
 	})
 	if errors.Is(err, sql.ErrNoRows) {
 		return Link{}, ErrNotFound
@@ -427,8 +479,128 @@ func (s *pgStore) Link(ctx context.Context, code string) (Link, error) {
 	if err != nil {
 		return Link{}, fmt.Errorf("store: link %q: %w", code, deadline(ctx, err))
 	}
-	l.CreatedAt = l.CreatedAt.UTC()
 	return l, nil
+}
+
+// scanLink reads linkColumns into a Link, NULLs as zero values.
+func scanLink(row *sql.Row, code string) (Link, error) {
+	l := Link{Code: code}
+	var expires, deleted sql.NullTime
+	var maxClicks sql.NullInt64
+	if err := row.Scan(&l.URL, &l.CreatedAt, &l.Redirect, &expires, &maxClicks, &deleted, &l.Version, &l.Clicks); err != nil {
+		return Link{}, err
+	}
+	l.CreatedAt = l.CreatedAt.UTC()
+	if expires.Valid {
+		l.ExpiresAt = expires.Time.UTC()
+	}
+	if deleted.Valid {
+		l.DeletedAt = deleted.Time.UTC()
+	}
+	l.MaxClicks = maxClicks.Int64 // 0 when NULL
+	return l, nil
+}
+
+// Change edits or deletes code, in a transaction that locks its row,
+// checks the token against the stored hash, and changes the row only if
+// it matches. Every change adds one to version. A delete blanks the URL
+// and keeps the row (the code is never reused).
+func (s *pgStore) Change(ctx context.Context, code string, tokenHash []byte, ch LinkChange) (Link, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	var l Link // written by the call; read only if it returned
+	err := bounded(ctx, func() error {
+		tx, err := s.db.BeginTx(ctx, nil)
+		if err != nil {
+			return fmt.Errorf("begin: %w", err)
+		}
+		defer tx.Rollback() //nolint:errcheck // after Commit, Rollback is a no-op that returns ErrTxDone
+		var stored []byte
+		var deleted bool
+		switch err := tx.QueryRowContext(ctx, lockLinkSQL, code).Scan(&stored, &deleted); {
+		case errors.Is(err, sql.ErrNoRows):
+			return ErrNotFound
+		case err != nil:
+			return fmt.Errorf("lock: %w", err)
+		case deleted:
+			return ErrGone
+		case !tokenMatches(stored, tokenHash):
+			return ErrForbidden
+		}
+		// Only the columns the change names are set; each value is a
+		// parameter, never text in the statement.
+		set := "version = version + 1"
+		args := []any{code}
+		param := func(column string, v any) {
+			args = append(args, v)
+			set += fmt.Sprintf(", %s = $%d", column, len(args))
+		}
+		if ch.Delete {
+			set += ", url = '', deleted_at = now()"
+		}
+		if ch.URL != "" {
+			param("url", ch.URL)
+		}
+		if ch.Redirect != 0 {
+			param("redirect", ch.Redirect)
+		}
+		if ch.SetExpiry {
+			var v any // NULL clears it
+			if !ch.ExpiresAt.IsZero() {
+				v = ch.ExpiresAt
+			}
+			param("expires_at", v)
+		}
+		if ch.SetMax {
+			var v any
+			if ch.MaxClicks > 0 {
+				v = ch.MaxClicks
+			}
+			param("max_clicks", v)
+		}
+		row := tx.QueryRowContext(ctx, "UPDATE links SET "+set+" WHERE code = $1 RETURNING "+linkColumns, args...)
+		if l, err = scanLink(row, code); err != nil {
+			return fmt.Errorf("update: %w", err)
+		}
+		if err := tx.Commit(); err != nil {
+			return fmt.Errorf("commit: %w", err)
+		}
+		return nil
+	})
+	switch {
+	case err == nil:
+		return l, nil
+	case errors.Is(err, ErrNotFound), errors.Is(err, ErrGone), errors.Is(err, ErrForbidden):
+		return Link{}, err
+	default:
+		return Link{}, fmt.Errorf("store: change %q: %w", code, deadline(ctx, err))
+	}
+}
+
+// TakeClick counts a click of a link with max_clicks if it has one left
+// (takeClickSQL), or, for a HEAD (count false), only says whether it has.
+// This is a write to Postgres on the request's path, for every click of
+// such a link: the price of a limit that holds exactly.
+func (s *pgStore) TakeClick(ctx context.Context, code string, count bool) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	var left bool // written by the call; read only if it returned
+	err := bounded(ctx, func() error {
+		if !count {
+			return s.db.QueryRowContext(ctx, clickLeftSQL, code).Scan(&left)
+		}
+		var clicks int64
+		err := s.db.QueryRowContext(ctx, takeClickSQL, code).Scan(&clicks)
+		left = err == nil
+		return err
+	})
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("store: take click %q: %w", code, deadline(ctx, err))
+	}
+	return left, nil
 }
 
 // AddClicks sums codes per code and adds the sums in one statement. The

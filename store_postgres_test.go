@@ -18,15 +18,15 @@ import (
 func TestPgStoreSaveAndLookup(t *testing.T) {
 	s := openTestStore(t)
 	ctx := context.Background()
-	if err := s.Save(ctx, "abcDEF1", "https://go.dev/"); err != nil {
+	if err := s.Save(ctx, "abcDEF1", NewLink{URL: "https://go.dev/"}); err != nil {
 		t.Fatalf("Save: %v", err)
 	}
-	if err := s.Save(ctx, "abcDEF1", "https://example.com/"); !errors.Is(err, ErrCodeTaken) {
+	if err := s.Save(ctx, "abcDEF1", NewLink{URL: "https://example.com/"}); !errors.Is(err, ErrCodeTaken) {
 		t.Errorf("Save of a taken code: err %v, want ErrCodeTaken", err)
 	}
 	got, err := s.Lookup(ctx, "abcDEF1")
-	if err != nil || got != "https://go.dev/" {
-		t.Errorf("Lookup = %q, %v; want https://go.dev/, nil", got, err)
+	if err != nil || got.URL != "https://go.dev/" {
+		t.Errorf("Lookup = %q, %v; want https://go.dev/, nil", got.URL, err)
 	}
 	if _, err := s.Lookup(ctx, "zzzzzzz"); !errors.Is(err, ErrNotFound) {
 		t.Errorf("Lookup of an unknown code: err %v, want ErrNotFound", err)
@@ -254,8 +254,8 @@ func TestSeed(t *testing.T) {
 	// The codes the docs and benchmarks name.
 	for code, want := range map[string]string{"015ftgN": "https://example.com/seed/1"} {
 		got, err := s.Lookup(context.Background(), code)
-		if err != nil || got != want {
-			t.Errorf("Lookup(%q) = %q, %v; want %q", code, got, err, want)
+		if err != nil || got.URL != want {
+			t.Errorf("Lookup(%q) = %q, %v; want %q", code, got.URL, err, want)
 		}
 	}
 	var middle string
@@ -293,7 +293,7 @@ func TestSaveSameCodeConcurrently(t *testing.T) {
 	errs := make(chan error, n)
 	for i := range n {
 		wg.Go(func() {
-			errs <- s.Save(context.Background(), "sameCod", "https://example.com/"+strconv.Itoa(i))
+			errs <- s.Save(context.Background(), "sameCod", NewLink{URL: "https://example.com/" + strconv.Itoa(i)})
 		})
 	}
 	wg.Wait()

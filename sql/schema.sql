@@ -39,3 +39,29 @@ CREATE INDEX IF NOT EXISTS click_events_code ON click_events (code);
 -- range of pages finds the recent ones, at a few kilobytes where a B-tree
 -- would take as much as the table's codes.
 CREATE INDEX IF NOT EXISTS links_created_at_brin ON links USING brin (created_at);
+-- Step 16: links that change. A link may expire at a time or after a number
+-- of clicks, answers with the redirect status it was made with, and can be
+-- edited or deleted by whoever holds its token (only its SHA-256 is kept).
+-- A delete keeps the row, marked and with its URL blanked, so that a code
+-- is never given out again: a printed old link never leads somewhere new.
+-- version goes up by one on every edit and delete; the Redis cache keeps
+-- it beside the link, so that a stale value can never overwrite a newer
+-- one (cache.go). Links made before these columns have no token: they
+-- cannot be edited.
+ALTER TABLE links ADD COLUMN IF NOT EXISTS expires_at timestamptz NULL;
+ALTER TABLE links ADD COLUMN IF NOT EXISTS max_clicks bigint      NULL;
+ALTER TABLE links ADD COLUMN IF NOT EXISTS redirect   smallint    NOT NULL DEFAULT 302;
+ALTER TABLE links ADD COLUMN IF NOT EXISTS token_hash bytea       NULL;
+ALTER TABLE links ADD COLUMN IF NOT EXISTS deleted_at timestamptz NULL;
+ALTER TABLE links ADD COLUMN IF NOT EXISTS version    bigint      NOT NULL DEFAULT 1;
+-- A CHECK cannot be added "IF NOT EXISTS"; adding one that is there
+-- already fails with duplicate_object, which is caught, so that a restart
+-- does not scan the table again.
+DO $$ BEGIN
+    ALTER TABLE links ADD CONSTRAINT links_redirect_check CHECK (redirect IN (301, 302, 307, 308));
+EXCEPTION WHEN duplicate_object THEN NULL;
+END $$;
+DO $$ BEGIN
+    ALTER TABLE links ADD CONSTRAINT links_max_clicks_check CHECK (max_clicks >= 1);
+EXCEPTION WHEN duplicate_object THEN NULL;
+END $$;

@@ -1,0 +1,516 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// TestCacheValueFormat: what the cache writes, it reads back as it was;
+// anything else, a bare URL of the format before this one included, is
+// not a link.
+func TestCacheValueFormat(t *testing.T) {
+	expires := time.Date(2031, 5, 6, 7, 8, 9, 123456000, time.UTC)
+	for _, target := range []Target{
+		{URL: "https://go.dev/", Status: 302, Version: 1},
+		{URL: "https://go.dev/a%7Cb?c=|d|", Status: 301, Version: 7, ExpiresAt: expires},
+		{URL: "http://x.example/", Status: 307, Version: 123456789012345, Limited: true},
+		{URL: "https://go.dev/", Status: 308, Version: 2, ExpiresAt: expires, Limited: true},
+		{Deleted: true, Version: 9},
+	} {
+		v := formatCacheValue(target)
+		got, ok := parseCacheValue(v)
+		if !ok || got != target {
+			t.Errorf("parseCacheValue(%q) = %+v, %v; want %+v", v, got, ok, target)
+		}
+	}
+	for _, v := range []string{
+		"",
+		"https://go.dev/", // the format before versions
+		"L1|",
+		"L1|1",
+		"L1|1|",
+		"L1|1|302",
+		"L1|1|302|-|0",
+		"L1|1|302|-|0|",
+		"L1|0|302|-|0|https://go.dev/",
+		"L1|01|302|-|0|https://go.dev/",
+		"L1|+1|302|-|0|https://go.dev/",
+		"L1|-1|302|-|0|https://go.dev/",
+		"L1|1234567890123456|302|-|0|https://go.dev/",
+		"L1|x|302|-|0|https://go.dev/",
+		"L1|1|200|-|0|https://go.dev/",
+		"L1|1|303|-|0|https://go.dev/",
+		"L1|1|0302|-|0|https://go.dev/",
+		"L1|1|302||0|https://go.dev/",
+		"L1|1|302|0|0|https://go.dev/",
+		"L1|1|302|-5|0|https://go.dev/",
+		"L1|1|302|+5|0|https://go.dev/",
+		"L1|1|302|1.5|0|https://go.dev/",
+		"L1|1|302|123456789012345678|0|https://go.dev/",
+		"L1|1|302|-|2|https://go.dev/",
+		"L1|1|302|-|true|https://go.dev/",
+		"L1|1|302|-|0|javascript:alert(1)",
+		"L1|1|302|-|0|http://127.0.0.1:6060/debug/pprof/",
+		"L1|1|302|-|0|https://go.dev/\r\nSet-Cookie: a=b",
+		"L1|1|302|-|0|HTTPS://GO.DEV/",
+		"L1|1|gone ",
+		"L1|1|gone|",
+		"L1|1|GONE",
+		"l1|1|302|-|0|https://go.dev/",
+		"L2|1|302|-|0|https://go.dev/",
+		" L1|1|302|-|0|https://go.dev/",
+	} {
+		if got, ok := parseCacheValue(v); ok {
+			t.Errorf("parseCacheValue(%q) = %+v, want refused", v, got)
+		}
+	}
+}
+
+// editOf saves a link with a token on store and returns the token's hash.
+func editOf(t *testing.T, store Store, code, url string) []byte {
+	t.Helper()
+	_, hash := newToken()
+	if err := store.Save(context.Background(), code, NewLink{URL: url, TokenHash: hash}); err != nil {
+		t.Fatal(err)
+	}
+	return hash
+}
+
+// TestCacheNeverGoesBack: a lookup that read a link before an edit and
+// fills Redis after it does not put the old link back: Redis keeps the
+// newer version.
+func TestCacheNeverGoesBack(t *testing.T) {
+	opts, prefix := testRedis(t)
+	mem := newMemoryStore()
+	c, look := newTestCache(t, mem, opts, prefix, discardLog)
+	ctx := context.Background()
+	hash := editOf(t, mem, "ver0001", "https://go.dev/v1")
+	old, err := mem.Lookup(ctx, "ver0001") // read before the edit...
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Change(ctx, "ver0001", hash, LinkChange{URL: "https://go.dev/v2"}); err != nil {
+		t.Fatal(err)
+	}
+	want := formatCacheValue(Target{URL: "https://go.dev/v2", Status: 302, Version: 2})
+	if v := look.Get(ctx, prefix+"ver0001").Val(); v != want {
+		t.Fatalf("after the edit Redis holds %q, want %q", v, want)
+	}
+	if err := c.set(ctx, "ver0001", old, false); err != nil { // ...filled after it
+		t.Fatal(err)
+	}
+	if v := look.Get(ctx, prefix+"ver0001").Val(); v != want {
+		t.Errorf("after a late fill of version 1 Redis holds %q, want version 2 kept: %q", v, want)
+	}
+	if got, err := c.Lookup(ctx, "ver0001"); err != nil || got.URL != "https://go.dev/v2" {
+		t.Errorf("Lookup = %+v, %v; want v2", got, err)
+	}
+	// A delete is a tombstone, served from Redis.
+	if _, err := c.Change(ctx, "ver0001", hash, LinkChange{Delete: true}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := c.Lookup(ctx, "ver0001"); err != nil || !got.Deleted || got.Version != 3 {
+		t.Errorf("Lookup after the delete = %+v, %v; want the tombstone, version 3", got, err)
+	}
+}
+
+// heldStore holds each Lookup until the test lets it go, and says when
+// one has begun.
+type heldStore struct {
+	Store
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (h *heldStore) Lookup(ctx context.Context, code string) (Target, error) {
+	h.entered <- struct{}{}
+	<-h.release
+	return h.Store.Lookup(ctx, code)
+}
+
+// TestLocalCacheDropDuringLookup: a lookup that began before an edit and
+// returns after the edit dropped the code does not keep what it read.
+func TestLocalCacheDropDuringLookup(t *testing.T) {
+	mem := newMemoryStore()
+	hash := editOf(t, mem, "race001", "https://go.dev/v1")
+	behind := &heldStore{Store: mem, entered: make(chan struct{}), release: make(chan struct{})}
+	c, _ := newTestLocalCache(t, behind, 1<<20, time.Hour)
+	ctx := context.Background()
+	done := make(chan Target, 1)
+	go func() {
+		got, err := c.Lookup(ctx, "race001")
+		if err != nil {
+			t.Error(err)
+		}
+		done <- got
+	}()
+	<-behind.entered // the lookup is under way, with v1 about to be read
+	read, err := mem.Lookup(ctx, "race001")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := mem.Change(ctx, "race001", hash, LinkChange{URL: "https://go.dev/v2"}); err != nil {
+		t.Fatal(err)
+	}
+	c.drop("race001") // what the edit's invalidation does
+	// The lookup now reads v2 (the store has it): make it read the
+	// stale v1 instead, as a read that reached Postgres before the
+	// commit would.
+	behind.Store = staticStore{Store: mem, t: read}
+	close(behind.release)
+	if got := <-done; got.URL != "https://go.dev/v1" {
+		t.Fatalf("the raced lookup answered %q, want the v1 it read", got.URL)
+	}
+	behind.Store = mem
+	behind.entered = make(chan struct{}, 1)
+	if got, err := c.Lookup(ctx, "race001"); err != nil || got.URL != "https://go.dev/v2" {
+		t.Errorf("next Lookup = %q, %v; want v2 (the raced answer not kept)", got.URL, err)
+	}
+}
+
+// staticStore answers every Lookup with t.
+type staticStore struct {
+	Store
+	t Target
+}
+
+func (s staticStore) Lookup(context.Context, string) (Target, error) { return s.t, nil }
+
+// TestChangeWhileRedisDown: an edit while Redis cannot be reached still
+// succeeds; Redis and the other instances are told once it can be.
+func TestChangeWhileRedisDown(t *testing.T) {
+	opts, prefix := testRedis(t)
+	mem := newMemoryStore()
+	down := openTestRedis(t, &redis.Options{Addr: closedAddr}, 100*time.Millisecond, discardLog)
+	c := newTestCacheOn(t, mem, down, prefix, discardLog)
+	c.channel = prefix + invalidationChannel
+	var sent, failed testCount
+	c.inval = invalidationCounts{sent: &sent, sendFailed: &failed, received: noCount{}, bad: noCount{}, purges: noCount{}}
+	ctx := context.Background()
+	hash := editOf(t, mem, "down001", "https://go.dev/v1")
+	look := lookInto(t, opts)
+	if err := look.Set(ctx, prefix+"down001", cachedValue("https://go.dev/v1"), time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Change(ctx, "down001", hash, LinkChange{URL: "https://go.dev/v2"}); err != nil {
+		t.Fatalf("edit with Redis down: %v", err)
+	}
+	if failed.get() != 1 || sent.get() != 0 {
+		t.Fatalf("sent %d, failed %d; want 0 and 1", sent.get(), failed.get())
+	}
+	sub := look.Subscribe(ctx, c.channel)
+	t.Cleanup(func() {
+		if err := sub.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	if _, err := sub.Receive(ctx); err != nil { // the subscription's confirmation
+		t.Fatal(err)
+	}
+	c.retryPending(ctx) // still down: kept
+	if failed.get() != 2 {
+		t.Errorf("retry with Redis down: failed %d, want 2", failed.get())
+	}
+	c.rdb = openTestRedis(t, opts, testRedisTimeout, discardLog) // Redis is back
+	c.retryPending(ctx)
+	if sent.get() != 1 {
+		t.Errorf("retry with Redis back: sent %d, want 1", sent.get())
+	}
+	want := formatCacheValue(Target{URL: "https://go.dev/v2", Status: 302, Version: 2})
+	if v := look.Get(ctx, prefix+"down001").Val(); v != want {
+		t.Errorf("Redis holds %q after the retry, want %q", v, want)
+	}
+	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if msg, err := sub.ReceiveMessage(rctx); err != nil || msg.Payload != "down001" {
+		t.Errorf("published %v, %v; want down001", msg, err)
+	}
+	c.retryPending(ctx) // nothing left
+	if sent.get() != 1 {
+		t.Errorf("a second retry sent again: %d", sent.get())
+	}
+}
+
+// subscriberRig is a local cache over a memory store, with a subscriber
+// on a Redis reached through a proxy the test can cut.
+type subscriberRig struct {
+	mem                   *memoryStore
+	local                 *localCache
+	proxy                 *tcpProxy
+	look                  *redis.Client
+	channel               string
+	received, bad, purges testCount
+	dropped               atomic.Int64
+}
+
+func newSubscriberRig(t *testing.T) *subscriberRig {
+	t.Helper()
+	opts, prefix := testRedis(t)
+	r := &subscriberRig{mem: newMemoryStore(), channel: prefix + invalidationChannel}
+	r.proxy = startProxy(t, opts.Addr)
+	o := *opts
+	o.Addr = r.proxy.addr()
+	rdb := openTestRedis(t, &o, testRedisTimeout, discardLog)
+	r.local, _ = newTestLocalCache(t, r.mem, 1<<20, time.Hour)
+	r.local.dropped = func(string) { r.dropped.Add(1) }
+	sub := startSubscriber(rdb, r.channel, []func(string){r.local.drop}, []func(){r.local.purge}, nil,
+		invalidationCounts{sent: noCount{}, sendFailed: noCount{}, received: &r.received, bad: &r.bad, purges: &r.purges}, discardLog)
+	t.Cleanup(func() {
+		if err := sub.close(); err != nil {
+			t.Error(err)
+		}
+	})
+	r.look = lookInto(t, opts)
+	waitUntil(t, "the first subscription", func() bool { return r.purges.get() >= 1 })
+	return r
+}
+
+// setURL changes code's URL in the store alone, as an edit on another
+// instance would, leaving the local cache as it was.
+func (r *subscriberRig) setURL(code, url string) {
+	r.mem.mu.Lock()
+	defer r.mem.mu.Unlock()
+	r.mem.links[code].URL = url
+}
+
+func (r *subscriberRig) lookup(t *testing.T, code string) string {
+	t.Helper()
+	got, err := r.local.Lookup(context.Background(), code)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got.URL
+}
+
+// TestSubscriberDropsPublishedCodes: a code published on the channel is
+// dropped from the local cache; a message that is not a code is counted
+// and ignored.
+func TestSubscriberDropsPublishedCodes(t *testing.T) {
+	r := newSubscriberRig(t)
+	editOf(t, r.mem, "pub0001", "https://go.dev/v1")
+	editOf(t, r.mem, "pub0002", "https://go.dev/w1")
+	for _, code := range []string{"pub0001", "pub0002"} {
+		r.lookup(t, code)
+	}
+	r.setURL("pub0001", "https://go.dev/v2")
+	r.setURL("pub0002", "https://go.dev/w2")
+	ctx := context.Background()
+	for _, msg := range []string{"", "pub", "pub0002\n", "pub0002 x", strings.Repeat("a", 10000), "../../x", "pub0001"} {
+		if err := r.look.Publish(ctx, r.channel, msg).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitUntil(t, "the code to be received", func() bool { return r.received.get() == 1 })
+	if r.bad.get() != 6 || r.dropped.Load() != 1 {
+		t.Errorf("bad %d, dropped %d; want 6 and 1", r.bad.get(), r.dropped.Load())
+	}
+	if got := r.lookup(t, "pub0001"); got != "https://go.dev/v2" {
+		t.Errorf("after its code was published: %s, want v2", got)
+	}
+	if got := r.lookup(t, "pub0002"); got != "https://go.dev/w1" {
+		t.Errorf("a code not published (only bad messages that look like it): %s, want w1 still cached", got)
+	}
+}
+
+// TestSubscriberPurgesOnReconnect: when the subscription's connection
+// breaks and is made again, whatever was published meanwhile is unknown,
+// so the whole local cache is emptied.
+func TestSubscriberPurgesOnReconnect(t *testing.T) {
+	r := newSubscriberRig(t)
+	editOf(t, r.mem, "purge01", "https://go.dev/v1")
+	r.lookup(t, "purge01")
+	r.setURL("purge01", "https://go.dev/v2") // changed, and never published
+	if got := r.lookup(t, "purge01"); got != "https://go.dev/v1" {
+		t.Fatalf("before the break: %s, want v1 from the cache", got)
+	}
+	purges := r.purges.get()
+	r.proxy.drop() // the connection breaks; go-redis makes a new one
+	waitUntil(t, "the subscription to be made again", func() bool { return r.purges.get() > purges })
+	if got := r.lookup(t, "purge01"); got != "https://go.dev/v2" {
+		t.Errorf("after the subscription came back: %s, want v2 (the cache purged)", got)
+	}
+}
+
+// startInstances starts n instances on one Postgres and one Redis, each
+// with its own local cache kept for an hour (so that only an invalidation
+// can make it forget).
+func startInstances(t *testing.T, n int, extra map[string]string) (bases, metrics []string, logs []*syncBuffer) {
+	t.Helper()
+	opts, prefix := testRedis(t)
+	env := map[string]string{
+		"ADDR": "127.0.0.1:0", "DATABASE_URL": testDatabase(t),
+		"REDIS_URL": fmt.Sprintf("redis://%s/%d", opts.Addr, opts.DB), "REDIS_KEY_PREFIX": prefix,
+		"LOCAL_CACHE_TTL": "1h", "CREATE_RATE": "0",
+	}
+	for k, v := range extra {
+		env[k] = v
+	}
+	for range n {
+		base, _, l := startRun(t, env)
+		bases, metrics, logs = append(bases, base), append(metrics, metricsBase(t, l)), append(logs, l)
+	}
+	for _, m := range metrics {
+		waitUntil(t, "each instance to subscribe", func() bool { return seriesValue(t, m, "shortener_invalidation_purges_total") >= 1 })
+	}
+	return bases, metrics, logs
+}
+
+// seriesValue is the value of one series in base's /metrics, 0 if absent.
+func seriesValue(t *testing.T, base, series string) float64 {
+	t.Helper()
+	_, text := scrape(t, base)
+	m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(series) + ` (\S+)$`).FindStringSubmatch(text)
+	if m == nil {
+		return 0
+	}
+	v, err := strconv.ParseFloat(m[1], 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// createVia creates a link on base and returns its code and token.
+func createVia(t *testing.T, base, body string) (code, token string) {
+	t.Helper()
+	resp, err := http.Post(base+"/shorten", "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var c created
+	if err := json.NewDecoder(resp.Body).Decode(&c); err != nil || resp.StatusCode != 201 {
+		t.Fatalf("create: %d, %v", resp.StatusCode, err)
+	}
+	return c.Code, c.Token
+}
+
+// send makes one request with a bearer token and returns its status.
+func send(t *testing.T, method, url, body, token string) int {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := noRedirects.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// statusOf is GET base/code's status and Location.
+func statusOf(t *testing.T, base, code string) (int, string) {
+	t.Helper()
+	resp, err := noRedirects.Get(base + "/" + code)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode, resp.Header.Get("Location")
+}
+
+// TestEditSeenByEveryInstance: an edit on one of three instances is seen
+// by the other two, whose local caches held the old link, because each
+// heard of it (their received invalidations go up); then a delete on a
+// third.
+func TestEditSeenByEveryInstance(t *testing.T) {
+	bases, metrics, _ := startInstances(t, 3, nil)
+	code, token := createVia(t, bases[0], `{"url":"https://go.dev/v1"}`)
+	for _, base := range bases {
+		for range 2 { // the second from the local cache
+			if status, loc := statusOf(t, base, code); status != 302 || loc != "https://go.dev/v1" {
+				t.Fatalf("%s/%s = %d %q, want 302 v1", base, code, status, loc)
+			}
+		}
+	}
+	received := make([]float64, len(metrics))
+	for i, m := range metrics {
+		if hits := seriesValue(t, m, `shortener_cache_lookups_total{cache="local",result="hit"}`); hits < 1 {
+			t.Errorf("instance %d: %v local hits, want the link served from memory", i, hits)
+		}
+		received[i] = seriesValue(t, m, `shortener_invalidations_total{result="received"}`)
+	}
+
+	if status := send(t, "PATCH", bases[1]+"/api/links/"+code, `{"url":"https://go.dev/v2"}`, token); status != 200 {
+		t.Fatalf("PATCH = %d, want 200", status)
+	}
+	for i, base := range bases {
+		waitUntil(t, fmt.Sprintf("instance %d to serve the edit", i), func() bool {
+			_, loc := statusOf(t, base, code)
+			return loc == "https://go.dev/v2"
+		})
+		// Not by chance: this instance heard of the edit.
+		if got := seriesValue(t, metrics[i], `shortener_invalidations_total{result="received"}`); got < received[i]+1 {
+			t.Errorf("instance %d: received invalidations %v, want at least %v", i, got, received[i]+1)
+		}
+	}
+	if got := seriesValue(t, metrics[1], `shortener_invalidations_total{result="sent"}`); got != 1 {
+		t.Errorf("the editing instance sent %v invalidations, want 1", got)
+	}
+	if got := seriesValue(t, metrics[1], `shortener_link_changes_total{op="edit",result="ok"}`); got != 1 {
+		t.Errorf("edits counted ok: %v, want 1", got)
+	}
+
+	if status := send(t, "DELETE", bases[2]+"/api/links/"+code, "", token); status != 204 {
+		t.Fatalf("DELETE = %d, want 204", status)
+	}
+	for i, base := range bases {
+		waitUntil(t, fmt.Sprintf("instance %d to serve the delete", i), func() bool {
+			status, _ := statusOf(t, base, code)
+			return status == http.StatusGone
+		})
+	}
+}
+
+// TestTokenNeverLoggedNorCounted: with the access log on, after creates,
+// edits, refused edits and a delete, no token is in the log or in
+// /metrics.
+func TestTokenNeverLoggedNorCounted(t *testing.T) {
+	bases, metrics, logs := startInstances(t, 1, map[string]string{"ACCESS_LOG": "true"})
+	base := bases[0]
+	code, token := createVia(t, base, `{"url":"https://go.dev/secret","max_clicks":5}`)
+	other, otherToken := createVia(t, base, `{"url":"https://go.dev/other"}`)
+	wrong, _ := newToken()
+	for _, r := range []struct {
+		method, path, body, token string
+		want                      int
+	}{
+		{"PATCH", "/api/links/" + code, `{"url":"https://go.dev/secret2"}`, token, 200},
+		{"PATCH", "/api/links/" + code, `{"url":"https://go.dev/x"}`, wrong, 403},
+		{"PATCH", "/api/links/" + code, `{"url":"https://go.dev/x"}`, otherToken, 403},
+		{"PATCH", "/api/links/" + code, `{"url":"https://go.dev/x"}`, token + "x", 401},
+		{"PATCH", "/api/links/" + code, `{"nope":1}`, token, 400},
+		{"DELETE", "/api/links/" + other, "", token, 403},
+		{"DELETE", "/api/links/" + code, "", token, 204},
+		{"DELETE", "/api/links/" + code, "", token, 410},
+	} {
+		if got := send(t, r.method, base+r.path, r.body, r.token); got != r.want {
+			t.Errorf("%s %s = %d, want %d", r.method, r.path, got, r.want)
+		}
+	}
+	_, text := scrape(t, metrics[0])
+	for _, secret := range []string{token, otherToken, wrong, token[:20], otherToken[:20]} {
+		if strings.Contains(logs[0].String(), secret) {
+			t.Errorf("the log holds a token (%s…)", secret[:6])
+		}
+		if strings.Contains(text, secret) {
+			t.Errorf("/metrics holds a token (%s…)", secret[:6])
+		}
+	}
+	if !strings.Contains(logs[0].String(), `route="PATCH /api/links/{code}" status=403`) {
+		t.Errorf("the access log does not show the refused edit:\n%s", logs[0])
+	}
+}
