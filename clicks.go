@@ -13,17 +13,36 @@ import (
 // after a successful GET (a cache hit counts too: counting is not storage).
 // It must never make a redirect wait or fail.
 type clickRecorder interface {
-	Click(ctx context.Context, code string)
+	Click(ctx context.Context, c click)
 }
 
 // noClicks is the recorder when CLICKS=off.
 type noClicks struct{}
 
-func (noClicks) Click(context.Context, string) {}
+func (noClicks) Click(context.Context, click) {}
 
-// clickWriter writes a batch of clicks, one entry per click, in one go.
-// pgStore has two: counts summed per code, or one row per click.
-type clickWriter func(ctx context.Context, codes []string) error
+// clickWriter writes a batch of clicks, one entry per click, in one go:
+// counts summed per code (any Store), one row per click (pgStore), or
+// counts with the stats (statsStore).
+type clickWriter func(ctx context.Context, clicks []click) error
+
+// countClicks writes clicks as counts summed per code (or rows, with
+// the pgStore's AddClickRows): only the code of each is kept, and a click
+// counted on the request's path already (click.counted) is skipped.
+func countClicks(add func(ctx context.Context, codes []string) error) clickWriter {
+	return func(ctx context.Context, clicks []click) error {
+		codes := make([]string, 0, len(clicks))
+		for _, c := range clicks {
+			if !c.counted {
+				codes = append(codes, c.code)
+			}
+		}
+		if len(codes) == 0 {
+			return nil
+		}
+		return add(ctx, codes)
+	}
+}
 
 // syncClicks writes each click during its request (CLICKS=sync): the
 // simplest way, measured to show what the queue saves.
@@ -33,10 +52,10 @@ type syncClicks struct {
 	errs    *sampledLog
 }
 
-func (s syncClicks) Click(ctx context.Context, code string) {
+func (s syncClicks) Click(ctx context.Context, c click) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	if err := s.write(ctx, []string{code}); err != nil {
+	if err := s.write(ctx, []click{c}); err != nil {
 		s.errs.warn(ctx, "click not recorded", err)
 	}
 }
@@ -47,12 +66,12 @@ func (s syncClicks) Click(ctx context.Context, code string) {
 const clickPoll = 10 * time.Millisecond
 
 // clickQueue takes clicks off the request path (CLICKS=queue). Click puts
-// the code in a bounded channel and returns at once; when the channel is
+// the click in a bounded channel and returns at once; when the channel is
 // full the click is dropped and counted, never waited for. One worker
 // takes clicks out in batches, by size or by time, and writes each batch
 // in one statement. Close drains the channel and writes what is left.
 type clickQueue struct {
-	ch       chan string
+	ch       chan click
 	write    clickWriter
 	maxBatch int
 	every    time.Duration
@@ -97,7 +116,7 @@ func newClickQueue(write clickWriter, size, maxBatch int, every time.Duration, o
 	}
 	q := &clickQueue{
 		obs:      obs,
-		ch:       make(chan string, size),
+		ch:       make(chan click, size),
 		write:    write,
 		maxBatch: maxBatch,
 		every:    every,
@@ -111,7 +130,7 @@ func newClickQueue(write clickWriter, size, maxBatch int, every time.Duration, o
 }
 
 // Click queues one click, or drops it if the queue is full.
-func (q *clickQueue) Click(_ context.Context, code string) {
+func (q *clickQueue) Click(_ context.Context, c click) {
 	if q.stopped.Load() {
 		// Only if the HTTP server's shutdown timed out with handlers
 		// still running: the drain may be over, so count, do not queue.
@@ -122,7 +141,7 @@ func (q *clickQueue) Click(_ context.Context, code string) {
 	// settle a click that accepted does not hold yet.
 	q.accepted.Add(1)
 	select {
-	case q.ch <- code:
+	case q.ch <- c:
 	default:
 		q.accepted.Add(-1)
 		q.dropped.Add(1)
@@ -131,10 +150,10 @@ func (q *clickQueue) Click(_ context.Context, code string) {
 
 func (q *clickQueue) run() {
 	defer close(q.done)
-	batch := make([]string, 0, q.maxBatch)
-	// add takes code and what else is queued, and writes a batch once full.
-	add := func(code string) {
-		batch = collect(batch, q.ch, code, q.maxBatch)
+	batch := make([]click, 0, q.maxBatch)
+	// add takes c and what else is queued, and writes a batch once full.
+	add := func(c click) {
+		batch = collect(batch, q.ch, c, q.maxBatch)
 		if len(batch) >= q.maxBatch {
 			batch = q.flush(batch)
 		}
@@ -152,8 +171,8 @@ func (q *clickQueue) run() {
 		case <-poll.C:
 			for taken := true; taken; {
 				select {
-				case code := <-q.ch:
-					add(code)
+				case c := <-q.ch:
+					add(c)
 				default:
 					taken = false
 				}
@@ -165,8 +184,8 @@ func (q *clickQueue) run() {
 			// closed, so a Click that comes late cannot panic.
 			for {
 				select {
-				case code := <-q.ch:
-					add(code)
+				case c := <-q.ch:
+					add(c)
 				default:
 					q.flush(batch)
 					return
@@ -178,7 +197,7 @@ func (q *clickQueue) run() {
 
 // flush writes batch with a deadline of its own (the request that made
 // each click is long gone) and returns it emptied for reuse.
-func (q *clickQueue) flush(batch []string) []string {
+func (q *clickQueue) flush(batch []click) []click {
 	if len(batch) == 0 || q.isAbandoned() {
 		// Close has counted these as unwritten: writing them now
 		// could count them twice, once lost and once stored.
@@ -258,13 +277,19 @@ func (q *clickQueue) Close(ctx context.Context) error {
 // openClicks makes the recorder that cfg asks for, writing to store, and
 // returns it with the function that drains it at shutdown.
 //
-// With metrics on, the queue's depth, drops and batches are exported.
-func openClicks(cfg clickConfig, store Store, m *metrics, log *slog.Logger) (clickRecorder, func(context.Context) error) {
-	write := clickWriter(store.AddClicks)
+// With stats (not nil), each batch's totals are written and its clicks
+// summed for the stats, which statsStore flushes every STATS_FLUSH
+// (statsStore.write). With metrics on, the queue's depth, drops and
+// batches are exported.
+func openClicks(cfg clickConfig, store Store, stats *statsStore, m *metrics, log *slog.Logger) (clickRecorder, func(context.Context) error) {
+	write := countClicks(store.AddClicks)
 	if pg, ok := store.(*pgStore); ok && cfg.storage == "rows" {
-		write = pg.AddClickRows
+		write = countClicks(pg.AddClickRows)
 	}
-	log.Info("clicks", "mode", cfg.mode, "storage", cfg.storage,
+	if stats != nil {
+		write = stats.write
+	}
+	log.Info("clicks", "mode", cfg.mode, "storage", cfg.storage, "stats", stats != nil,
 		"queue_size", cfg.queue, "batch", cfg.batch, "flush", cfg.every)
 	switch cfg.mode {
 	case "off":

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -29,10 +30,10 @@ func TestClickQueueWritesEveryClick(t *testing.T) {
 		mu.Unlock()
 		return mem.AddClicks(ctx, codes)
 	}
-	q := newClickQueue(write, 10_000, 100, time.Hour, clickObservers{}, discardLog)
+	q := newClickQueue(countClicks(write), 10_000, 100, time.Hour, clickObservers{}, discardLog)
 	const n = 2_345
 	for i := range n {
-		q.Click(context.Background(), fmt.Sprintf("code%03d", i%7))
+		q.Click(context.Background(), click{code: fmt.Sprintf("code%03d", i%7)})
 	}
 	if err := q.Close(context.Background()); err != nil {
 		t.Fatal(err)
@@ -58,13 +59,13 @@ func TestClickQueueWritesEveryClick(t *testing.T) {
 // interval, without waiting for a full batch.
 func TestClickQueueFlushesByTime(t *testing.T) {
 	mem := newMemoryStore()
-	q := newClickQueue(mem.AddClicks, 100, 1000, 20*time.Millisecond, clickObservers{}, discardLog)
+	q := newClickQueue(countClicks(mem.AddClicks), 100, 1000, 20*time.Millisecond, clickObservers{}, discardLog)
 	t.Cleanup(func() {
 		if err := q.Close(context.Background()); err != nil {
 			t.Error(err)
 		}
 	})
-	q.Click(context.Background(), "lonely1")
+	q.Click(context.Background(), click{code: "lonely1"})
 	deadline := time.Now().Add(2 * time.Second)
 	for {
 		mem.mu.RLock()
@@ -88,11 +89,11 @@ func TestClickQueueDropsWhenFull(t *testing.T) {
 		<-unblock
 		return nil
 	}
-	q := newClickQueue(write, 10, 1, time.Hour, clickObservers{}, discardLog)
+	q := newClickQueue(countClicks(write), 10, 1, time.Hour, clickObservers{}, discardLog)
 	start := time.Now()
 	const n = 10_000
 	for range n {
-		q.Click(context.Background(), "hotcode")
+		q.Click(context.Background(), click{code: "hotcode"})
 	}
 	if took := time.Since(start); took > time.Second {
 		t.Errorf("%d clicks on a full queue took %v; a click must never wait", n, took)
@@ -112,8 +113,8 @@ func TestClickQueueDropsWhenFull(t *testing.T) {
 func TestClickQueueCloseGivesUp(t *testing.T) {
 	unblock := make(chan struct{})
 	defer close(unblock)
-	q := newClickQueue(func(context.Context, []string) error { <-unblock; return nil }, 10, 1, time.Hour, clickObservers{}, discardLog)
-	q.Click(context.Background(), "stuck01")
+	q := newClickQueue(func(context.Context, []click) error { <-unblock; return nil }, 10, 1, time.Hour, clickObservers{}, discardLog)
+	q.Click(context.Background(), click{code: "stuck01"})
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
 	if err := q.Close(ctx); !errors.Is(err, context.DeadlineExceeded) {
@@ -138,10 +139,10 @@ func TestClicksAddUpAcrossInstances(t *testing.T) {
 			cfg.storage, cfg.batch, cfg.every = storage, 50, 5*time.Millisecond
 			var wg sync.WaitGroup
 			for range 2 {
-				rec, drain := openClicks(cfg, pg, nil, discardLog)
+				rec, drain := openClicks(cfg, pg, nil, nil, discardLog)
 				wg.Go(func() {
 					for i := range 3000 {
-						rec.Click(ctx, codes[(i*7)%3])
+						rec.Click(ctx, click{code: codes[(i*7)%3]})
 					}
 					if err := drain(ctx); err != nil {
 						t.Error(err)
@@ -237,7 +238,7 @@ func TestRunCountsEveryClick(t *testing.T) {
 
 func TestLinkInfoAPI(t *testing.T) {
 	forEachStore(t, func(t *testing.T, store Store) {
-		h := newHandler(store, noClicks{}, nil, nil, config{}, discardLog)
+		h := newHandler(store, noClicks{}, nil, nil, nil, config{}, discardLog)
 		if err := store.Save(context.Background(), "apiCod1", NewLink{URL: "https://example.org/x"}); err != nil {
 			t.Fatal(err)
 		}
@@ -270,14 +271,16 @@ func TestLinkInfoAPI(t *testing.T) {
 
 // recordedClicks remembers the clicks it is given.
 type recordedClicks struct {
-	mu    sync.Mutex
-	codes []string
+	mu     sync.Mutex
+	codes  []string
+	clicks []click
 }
 
-func (r *recordedClicks) Click(_ context.Context, code string) {
+func (r *recordedClicks) Click(_ context.Context, c click) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.codes = append(r.codes, code)
+	r.codes = append(r.codes, c.code)
+	r.clicks = append(r.clicks, c)
 }
 
 // A GET redirect counts, whether the cache or the store answered it; a HEAD,
@@ -285,7 +288,7 @@ func (r *recordedClicks) Click(_ context.Context, code string) {
 func TestRedirectCountsGetNotHead(t *testing.T) {
 	forEachStore(t, func(t *testing.T, store Store) {
 		rec := &recordedClicks{}
-		h := newHandler(store, rec, nil, nil, config{}, discardLog)
+		h := newHandler(store, rec, nil, nil, nil, config{}, discardLog)
 		if err := store.Save(context.Background(), "clkCod1", NewLink{URL: "https://example.org/c"}); err != nil {
 			t.Fatal(err)
 		}
@@ -305,13 +308,13 @@ func TestRedirectCountsGetNotHead(t *testing.T) {
 func TestClickQueueCountsLateClicks(t *testing.T) {
 	mem := newMemoryStore()
 	logs := &syncBuffer{}
-	q := newClickQueue(mem.AddClicks, 100, 10, time.Hour, clickObservers{}, slog.New(slog.NewTextHandler(logs, nil)))
-	q.Click(context.Background(), "early01")
+	q := newClickQueue(countClicks(mem.AddClicks), 100, 10, time.Hour, clickObservers{}, slog.New(slog.NewTextHandler(logs, nil)))
+	q.Click(context.Background(), click{code: "early01"})
 	if err := q.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	q.Click(context.Background(), "late001")
-	q.Click(context.Background(), "late001")
+	q.Click(context.Background(), click{code: "late001"})
+	q.Click(context.Background(), click{code: "late001"})
 	if got := q.late.Load(); got != 2 {
 		t.Errorf("late clicks = %d, want 2", got)
 	}
@@ -336,12 +339,12 @@ func TestClickQueueCountsClicksLostAtShutdown(t *testing.T) {
 		return nil
 	}
 	logs := &syncBuffer{}
-	q := newClickQueue(write, 100, 10, time.Hour, clickObservers{}, slog.New(slog.NewTextHandler(logs, nil)))
+	q := newClickQueue(countClicks(write), 100, 10, time.Hour, clickObservers{}, slog.New(slog.NewTextHandler(logs, nil)))
 	m := newMetrics(prometheus.NewRegistry())
 	m.watchClicks(q)
 	const n = 57
 	for range n {
-		q.Click(context.Background(), "stuck01")
+		q.Click(context.Background(), click{code: "stuck01"})
 	}
 	// The deadline is what is tested, and nothing answers before it: any
 	// length would do.
@@ -389,4 +392,36 @@ func gathered(t *testing.T, m *metrics, name string) float64 {
 	}
 	t.Fatalf("no single series %s in the registry", name)
 	return 0
+}
+
+// TestRedirectClickCarriesRequest: the click a redirect records carries
+// what the stats need, copied from the request; a link with max_clicks,
+// counted on the request's path, is marked so.
+func TestRedirectClickCarriesRequest(t *testing.T) {
+	store := newMemoryStore()
+	rec := &recordedClicks{}
+	at := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
+	h := newHandler(store, rec, nil, nil, nil, config{now: func() time.Time { return at }}, discardLog)
+	ctx := context.Background()
+	if err := store.Save(ctx, "carry01", NewLink{URL: "https://example.org/c"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Save(ctx, "carry02", NewLink{URL: "https://example.org/d", MaxClicks: 3}); err != nil {
+		t.Fatal(err)
+	}
+	for _, code := range []string{"carry01", "carry02"} {
+		req := httptest.NewRequest(http.MethodGet, "/"+code, nil)
+		req.RemoteAddr = "192.0.2.5:4321"
+		req.Header.Set("Referer", "https://ref.example/")
+		req.Header.Set("User-Agent", "curl/8.5.0")
+		h.ServeHTTP(httptest.NewRecorder(), req)
+	}
+	if len(rec.clicks) != 2 {
+		t.Fatalf("%d clicks recorded, want 2", len(rec.clicks))
+	}
+	for i, c := range rec.clicks {
+		if !c.at.Equal(at) || c.client.String() != "192.0.2.5" || c.referer != "https://ref.example/" || c.agent != "curl/8.5.0" || c.counted != (i == 1) {
+			t.Errorf("click %d = %+v, want the request's time, address, Referer and User-Agent, counted %v", i, c, i == 1)
+		}
+	}
 }

@@ -120,7 +120,7 @@ func TestErrorLogNamesTheClient(t *testing.T) {
 				t.Fatal(err)
 			}
 			logs := &syncBuffer{}
-			h := newHandler(brokenStore{}, noClicks{}, nil, nil, cfg, slog.New(slog.NewTextHandler(logs, nil)))
+			h := newHandler(brokenStore{}, noClicks{}, nil, nil, nil, cfg, slog.New(slog.NewTextHandler(logs, nil)))
 			r := httptest.NewRequest("GET", "/abcDEF1", nil)
 			r.RemoteAddr = tt.peer
 			r.Header.Set("X-Forwarded-For", "203.0.113.7")

@@ -79,6 +79,7 @@ type config struct {
 	trustedProxies trustedProxies
 
 	clicks clickConfig // CLICKS, CLICK_STORAGE, CLICK_QUEUE_SIZE, CLICK_BATCH, CLICK_FLUSH
+	stats  statsConfig // STATS, STATS_TOP, STATS_HOURS_KEEP, STATS_DAYS_KEEP
 
 	// redis is REDIS_URL, parsed; nil means no cache.
 	redis        *redis.Options
@@ -324,6 +325,12 @@ func defaultConfig() config {
 			createRate:  defaultCreateRate,
 			createBurst: defaultCreateBurst,
 		},
+		stats: statsConfig{
+			on:    true,
+			top:   defaultStatsTop,
+			keep:  statsKeep{hours: defaultStatsHoursKeep, days: defaultStatsDaysKeep},
+			flush: defaultStatsFlush,
+		},
 		clicks: clickConfig{
 			mode:        "queue",
 			storage:     "counts",
@@ -334,6 +341,30 @@ func defaultConfig() config {
 		},
 	}
 }
+
+// statsConfig says what is kept of each link's clicks (see stats.go).
+type statsConfig struct {
+	// on is STATS: rollups by hour and day, uniques, referrers and
+	// classes, summed by the click workers and flushed every
+	// STATS_FLUSH. They need Postgres and
+	// clicks (CLICKS not off); without either they are off.
+	on   bool
+	top  int       // STATS_TOP: referrer hosts kept per link and day
+	keep statsKeep // STATS_HOURS_KEEP, STATS_DAYS_KEEP: months kept
+	// flush is STATS_FLUSH: how often the stats summed in memory are
+	// written, and so how far behind they may be.
+	flush time.Duration
+}
+
+// The stats' defaults: hourly points for the last three months (a
+// campaign's hours matter while it runs), daily points for two years (a
+// year against the year before), ten referrer hosts per link and day.
+const (
+	defaultStatsTop       = 10
+	defaultStatsHoursKeep = 3
+	defaultStatsDaysKeep  = 25
+	defaultStatsFlush     = 10 * time.Second
+)
 
 // clickConfig says how clicks are counted (see clicks.go).
 type clickConfig struct {
@@ -457,6 +488,11 @@ func loadConfig(getenv func(string) string) (config, error) {
 	cfg.clicks.batch = env.intIn("CLICK_BATCH", cfg.clicks.batch, 1, 100_000)
 	cfg.clicks.every = env.durationIn("CLICK_FLUSH", cfg.clicks.every, 10*time.Millisecond, time.Minute)
 	cfg.clicks.syncTimeout = cfg.pool.timeout
+	cfg.stats.on = env.oneOf("STATS", "on", "on", "off") == "on"
+	cfg.stats.top = env.intIn("STATS_TOP", cfg.stats.top, 1, 100)
+	cfg.stats.keep.hours = env.intIn("STATS_HOURS_KEEP", cfg.stats.keep.hours, 1, 120)
+	cfg.stats.keep.days = env.intIn("STATS_DAYS_KEEP", cfg.stats.keep.days, 1, 120)
+	cfg.stats.flush = env.durationIn("STATS_FLUSH", cfg.stats.flush, 10*time.Millisecond, 10*time.Minute)
 	if raw := getenv("TRUSTED_PROXIES"); raw != "" {
 		tp, err := parseTrustedProxies(raw)
 		if err != nil {

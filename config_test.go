@@ -197,6 +197,18 @@ func TestLoadConfig(t *testing.T) {
 		{"bloom sweep two hours", map[string]string{"BLOOM_SWEEP": "2h"}, config{}, true},
 		{"bloom sweep negative", map[string]string{"BLOOM_SWEEP": "-10s"}, config{}, true},
 		{"bloom sweep words", map[string]string{"BLOOM_SWEEP": "often"}, config{}, true},
+		{"stats off", map[string]string{"STATS": "off"}, func() config { c := defaultConfig(); c.stats.on = false; return c }(), false},
+		{"stats kept and top", map[string]string{"STATS_TOP": "25", "STATS_HOURS_KEEP": "1", "STATS_DAYS_KEEP": "120"}, func() config {
+			c := defaultConfig()
+			c.stats.top, c.stats.keep = 25, statsKeep{hours: 1, days: 120}
+			return c
+		}(), false},
+		{"stats maybe", map[string]string{"STATS": "maybe"}, config{}, true},
+		{"stats top zero", map[string]string{"STATS_TOP": "0"}, config{}, true},
+		{"stats top a thousand", map[string]string{"STATS_TOP": "1000"}, config{}, true},
+		{"stats hours kept zero", map[string]string{"STATS_HOURS_KEEP": "0"}, config{}, true},
+		{"stats days kept in days", map[string]string{"STATS_DAYS_KEEP": "30d"}, config{}, true},
+		{"stats days kept past ten years", map[string]string{"STATS_DAYS_KEEP": "121"}, config{}, true},
 		{"neg cache size negative", map[string]string{"NEG_CACHE_SIZE": "-1"}, config{}, true},
 		{"neg cache size huge", map[string]string{"NEG_CACHE_SIZE": "10000001"}, config{}, true},
 		{"neg cache ttl zero", map[string]string{"NEG_CACHE_TTL": "0"}, config{}, true},

@@ -53,6 +53,9 @@ var (
 	// to close (a shutdown): another instance, or this one restarted, can
 	// take it, so it is a 503 with Retry-After, not a server error.
 	errGroupCommitClosed = errors.New("group commit closed")
+	// errStatsOff means stats were asked for and this deployment keeps
+	// none: STATS=off, no Postgres, or CLICKS=off.
+	errStatsOff = errors.New("stats are off")
 )
 
 // rateLimitedError means the client has used up its allowance of creates;
@@ -112,6 +115,8 @@ func errorStatus(err error) (status int, msg string, retryAfter time.Duration) {
 		return http.StatusServiceUnavailable, "server busy, try again", unavailableRetry
 	case errors.Is(err, errGroupCommitClosed):
 		return http.StatusServiceUnavailable, "shutting down, try again", unavailableRetry
+	case errors.Is(err, errStatsOff):
+		return http.StatusNotImplemented, "stats are off here: they need Postgres, CLICKS not off and STATS=on", 0
 	case errors.Is(err, context.DeadlineExceeded):
 		// A backend took longer than its deadline: say so, and that
 		// trying again may work, rather than a bare 500.

@@ -12,14 +12,17 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"net/url"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 // FuzzClientIP checks that clientIP never panics and that what it returns is
@@ -299,6 +302,47 @@ func FuzzNormalizedURLIsCacheable(f *testing.F) {
 		}
 		if got := again.String(); got != out {
 			t.Fatalf("normalizeURL(%q) = %q, but normalizeURL(%q) = %q: want the same", in, out, out, got)
+		}
+	})
+}
+
+// FuzzStatsInput: what a click brings (Referer, User-Agent) and a stats
+// query never panic; a referrer host is one of the two markers or a
+// lower-case host of at most 253 characters of the allowed ones; an
+// accepted query is a non-empty range on its buckets' boundaries, within
+// maxStatsPoints.
+func FuzzStatsInput(f *testing.F) {
+	f.Add("https://news.example.com/x?y=1", "Mozilla/5.0 Firefox", "from=2026-12-01T00:00:00Z&by=day")
+	f.Add("", "", "")
+	f.Add("http://[::1]:80/", "curl/8", "to=2026-12-01T10:30:00%2B05:30")
+	f.Fuzz(func(t *testing.T, referer, agent, query string) {
+		host := referrerHost(referer)
+		if host != refNone && host != refOther {
+			if len(host) > maxHostLen || host != strings.ToLower(host) || strings.ContainsAny(host, "/?#@ \"'<>") {
+				t.Errorf("referrerHost(%q) = %q", referer, host)
+			}
+		}
+		if c := classify(agent); c >= agentClasses {
+			t.Errorf("classify(%q) = %d", agent, c)
+		}
+		v, err := url.ParseQuery(query)
+		if err != nil {
+			return
+		}
+		now := time.Date(2026, 12, 1, 15, 42, 0, 0, time.UTC)
+		q, err := parseStatsQuery(v, now)
+		if err != nil {
+			if !errors.Is(err, ErrBadRequest) {
+				t.Errorf("%q: error %v is not a 400", query, err)
+			}
+			return
+		}
+		step := time.Hour
+		if q.by == "day" {
+			step = 24 * time.Hour
+		}
+		if !q.from.Before(q.to) || q.to.Sub(q.from) > maxStatsPoints*step || q.from.Truncate(step) != q.from || q.to.Truncate(step) != q.to {
+			t.Errorf("%q: accepted %s %v to %v", query, q.by, q.from, q.to)
 		}
 	})
 }

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 )
@@ -178,12 +179,13 @@ func saveWithNewCode(ctx context.Context, store Store, link NewLink) (string, er
 // click for a GET (a HEAD asks about the link without following it). A
 // link deleted, past its expiry or out of clicks is 410.
 //
-// A link with max_clicks does not use the click queue: each GET is one
-// statement on Postgres that counts the click only if one is left
+// A link with max_clicks is not counted through the click queue: each GET
+// is one statement on Postgres that counts the click only if one is left
 // (Store.TakeClick), so that fifty visitors at once on a link with ten
 // clicks get exactly ten redirects. That costs a write per click, and
 // its round trip, for those links only; every other link is served from
-// the caches and counted off the request's path, as before.
+// the caches and counted off the request's path, as before. (Its click
+// still goes through the queue, marked counted, for its stats alone.)
 func handleRedirect(store Store, clicks clickRecorder, now func() time.Time, log *slog.Logger) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		code := r.PathValue("code")
@@ -209,8 +211,18 @@ func handleRedirect(store Store, clicks clickRecorder, now func() time.Time, log
 				writeError(w, r, log, err)
 				return
 			}
-		} else if count {
-			clicks.Click(r.Context(), code)
+		}
+		if count {
+			// The headers are copied as sent; the worker reads them.
+			// (Indexed directly: the keys are canonical already.)
+			c := click{code: code, at: now(), client: clientIPFrom(r.Context()), counted: target.Limited}
+			if v := r.Header["Referer"]; len(v) > 0 {
+				c.referer = v[0]
+			}
+			if v := r.Header["User-Agent"]; len(v) > 0 {
+				c.agent = v[0]
+			}
+			clicks.Click(r.Context(), c)
 		}
 		// Set directly: the key is in canonical form already, and
 		// Header.Set would check that on every redirect.
@@ -256,16 +268,163 @@ func handleLinkInfo(store Store, now func() time.Time, log *slog.Logger) http.Ha
 			writeError(w, r, log, ErrNotFound)
 			return
 		}
-		l, err := store.Link(r.Context(), code)
-		if err == nil && !l.DeletedAt.IsZero() {
-			err = fmt.Errorf("%w: deleted", ErrGone)
-		}
+		l, err := liveLink(r.Context(), store, code)
 		if err != nil {
 			writeError(w, r, log, err)
 			return
 		}
 		writeJSON(w, r, log, http.StatusOK, newLinkJSON(l, now()))
 	})
+}
+
+// maxStatsPoints bounds the points one stats request asks for: a month
+// of hours, or nearly three years of days.
+const maxStatsPoints = 1000
+
+// handleStats answers GET /api/links/{code}/stats?from=&to=&by=hour|day
+// with the link's points in [from, to) (RFC 3339 times, rounded out to
+// whole hours or days in UTC; by default the last 24 hours, or the last
+// 30 days with by=day). Clicks still queued, or summed and not yet
+// flushed, are not in them yet (at most CLICK_FLUSH + STATS_FLUSH behind).
+func handleStats(store Store, stats *statsStore, now func() time.Time, log *slog.Logger) http.Handler {
+	type response struct {
+		Code   string       `json:"code"`
+		By     string       `json:"by"`
+		From   time.Time    `json:"from"`
+		To     time.Time    `json:"to"`
+		Points []statsPoint `json:"points"`
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		code := r.PathValue("code")
+		if !validCode(code) {
+			writeError(w, r, log, ErrNotFound)
+			return
+		}
+		// Parsed here, not with r.URL.Query(), which drops what it
+		// cannot parse: "?from=%zz" would get the default range, not a 400.
+		v, err := url.ParseQuery(r.URL.RawQuery)
+		if err != nil {
+			writeError(w, r, log, fmt.Errorf("%w: the query string does not parse", ErrBadRequest))
+			return
+		}
+		q, err := parseStatsQuery(v, now())
+		if err != nil {
+			writeError(w, r, log, err)
+			return
+		}
+		if stats == nil {
+			writeError(w, r, log, errStatsOff)
+			return
+		}
+		if _, err := liveLink(r.Context(), store, code); err != nil {
+			writeError(w, r, log, err)
+			return
+		}
+		points, err := stats.points(r.Context(), code, q.by, q.from, q.to)
+		if err != nil {
+			writeError(w, r, log, err)
+			return
+		}
+		writeJSON(w, r, log, http.StatusOK, response{Code: code, By: q.by, From: q.from, To: q.to, Points: points})
+	})
+}
+
+// statsQuery is a stats request's range, checked and rounded out.
+type statsQuery struct {
+	by       string // "hour" or "day"
+	from, to time.Time
+}
+
+// parseStatsQuery reads from, to and by; each mistake is a 400 that says
+// which parameter and why.
+func parseStatsQuery(v url.Values, now time.Time) (statsQuery, error) {
+	for k := range v {
+		if k != "from" && k != "to" && k != "by" {
+			return statsQuery{}, fmt.Errorf("%w: unknown parameter %q: want from, to or by", ErrBadRequest, k)
+		}
+		if len(v[k]) > 1 {
+			return statsQuery{}, fmt.Errorf("%w: %s given more than once", ErrBadRequest, k)
+		}
+	}
+	q := statsQuery{by: v.Get("by")}
+	if q.by == "" {
+		q.by = "hour"
+	}
+	if q.by != "hour" && q.by != "day" {
+		return statsQuery{}, fmt.Errorf("%w: by=%q: want hour or day", ErrBadRequest, q.by)
+	}
+	floor := func(t time.Time) time.Time {
+		t = t.UTC()
+		if q.by == "hour" {
+			return t.Truncate(time.Hour)
+		}
+		return time.Date(t.Year(), t.Month(), t.Day(), 0, 0, 0, 0, time.UTC)
+	}
+	ceil := func(t time.Time) time.Time {
+		f := floor(t)
+		if f.Equal(t) {
+			return f
+		}
+		return next(f, q.by)
+	}
+	parse := func(name string) (time.Time, bool, error) {
+		raw := v.Get(name)
+		if raw == "" {
+			return time.Time{}, false, nil
+		}
+		t, err := time.Parse(time.RFC3339, raw)
+		if err != nil {
+			return time.Time{}, false, fmt.Errorf("%w: %s=%q: want an RFC 3339 time, like 2026-12-01T00:00:00Z", ErrBadRequest, name, raw)
+		}
+		if t.Year() < 2000 || t.Year() > 9000 {
+			return time.Time{}, false, fmt.Errorf("%w: %s=%q: want a year from 2000 to 9000", ErrBadRequest, name, raw)
+		}
+		return t, true, nil
+	}
+	to, set, err := parse("to")
+	if err != nil {
+		return statsQuery{}, err
+	}
+	if !set {
+		to = now
+	}
+	// The bucket holding to is wanted whole: "up to now" includes this hour.
+	q.to = ceil(to)
+	if !set {
+		q.to = next(floor(now), q.by)
+	}
+	from, set, err := parse("from")
+	if err != nil {
+		return statsQuery{}, err
+	}
+	if set {
+		q.from = floor(from)
+	} else if q.by == "hour" {
+		q.from = q.to.Add(-24 * time.Hour)
+	} else {
+		q.from = q.to.AddDate(0, 0, -30)
+	}
+	if !q.from.Before(q.to) {
+		return statsQuery{}, fmt.Errorf("%w: from must come before to", ErrBadRequest)
+	}
+	n := int(q.to.Sub(q.from) / time.Hour)
+	if q.by == "day" {
+		n = int(q.to.Sub(q.from) / (24 * time.Hour))
+	}
+	if n > maxStatsPoints {
+		return statsQuery{}, fmt.Errorf("%w: %d %ss asked for: at most %d points at a time", ErrBadRequest, n, q.by, maxStatsPoints)
+	}
+	return q, nil
+}
+
+// liveLink is the link with that code, or ErrNotFound, or ErrGone once
+// it is deleted.
+func liveLink(ctx context.Context, store Store, code string) (Link, error) {
+	l, err := store.Link(ctx, code)
+	if err == nil && !l.DeletedAt.IsZero() {
+		err = fmt.Errorf("%w: deleted", ErrGone)
+	}
+	return l, err
 }
 
 // handleMethodNotAllowed answers 405 with the given Allow header, for a path

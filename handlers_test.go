@@ -49,7 +49,7 @@ func TestShortenRefusesBadInput(t *testing.T) {
 }
 
 func testShortenRefusesBadInput(t *testing.T, store Store) {
-	h := newServer(store, noClicks{}, nil, nil, config{baseURL: "https://sho.rt", baseHost: "sho.rt"}, discardLog).Handler
+	h := newServer(store, noClicks{}, nil, nil, nil, config{baseURL: "https://sho.rt", baseHost: "sho.rt"}, discardLog).Handler
 	tests := []struct {
 		name, body string
 		status     int
@@ -118,7 +118,7 @@ func testShortenAndRedirect(t *testing.T, store Store) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			h := newServer(store, noClicks{}, nil, nil, tt.cfg, discardLog).Handler
+			h := newServer(store, noClicks{}, nil, nil, nil, tt.cfg, discardLog).Handler
 			rec := do(t, h, "POST", "http://example.com/shorten", fmt.Sprintf(`{"url":%q}`, tt.url))
 			if rec.Code != http.StatusCreated {
 				t.Fatalf("POST /shorten status = %d, want 201 (body %q)", rec.Code, rec.Body)
@@ -158,7 +158,7 @@ func TestRouting(t *testing.T) {
 }
 
 func testRouting(t *testing.T, store Store) {
-	h := newServer(store, noClicks{}, nil, nil, config{}, discardLog).Handler
+	h := newServer(store, noClicks{}, nil, nil, nil, config{}, discardLog).Handler
 	tests := []struct {
 		method, path string
 		status       int
@@ -233,7 +233,7 @@ func TestShortenRefusesOwnHostInAnySpelling(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			h := newServer(newMemoryStore(), noClicks{}, nil, nil, tt.cfg, discardLog).Handler
+			h := newServer(newMemoryStore(), noClicks{}, nil, nil, nil, tt.cfg, discardLog).Handler
 			rec := do(t, h, "POST", tt.reqURL, fmt.Sprintf(`{"url":%q}`, tt.url))
 			if rec.Code != tt.wantCode {
 				t.Fatalf("status = %d, want %d (body %q)", rec.Code, tt.wantCode, rec.Body)
@@ -269,7 +269,7 @@ func TestShortenBodyReadErrors(t *testing.T) {
 			logs := &syncBuffer{}
 			// Metrics and the access log on, as deployed: the body's
 			// deadline must reach the connection through their wrapper.
-			srv := newServer(newMemoryStore(), noClicks{}, nil, newMetrics(prometheus.NewRegistry()), config{accessLog: true}, slog.New(slog.NewTextHandler(logs, nil)))
+			srv := newServer(newMemoryStore(), noClicks{}, nil, nil, newMetrics(prometheus.NewRegistry()), config{accessLog: true}, slog.New(slog.NewTextHandler(logs, nil)))
 			ln, err := net.Listen("tcp", "127.0.0.1:0")
 			if err != nil {
 				t.Fatal(err)
@@ -345,7 +345,7 @@ func TestConcurrentShortenAndRedirect(t *testing.T) {
 }
 
 func testConcurrentShortenAndRedirect(t *testing.T, store Store) {
-	h := newServer(store, noClicks{}, nil, nil, config{}, discardLog).Handler
+	h := newServer(store, noClicks{}, nil, nil, nil, config{}, discardLog).Handler
 	const workers, each = 8, 50
 	var wg sync.WaitGroup
 	errs := make(chan error, workers*each)
@@ -399,7 +399,7 @@ func TestShortURLScheme(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			h := newHandler(newMemoryStore(), noClicks{}, nil, nil, cfg, discardLog)
+			h := newHandler(newMemoryStore(), noClicks{}, nil, nil, nil, cfg, discardLog)
 			r := httptest.NewRequest("POST", "http://sho.rt/shorten", strings.NewReader(`{"url":"https://go.dev"}`))
 			r.RemoteAddr = tt.peer
 			if tt.proto != "" {
@@ -427,7 +427,7 @@ func TestShortURLScheme(t *testing.T) {
 // there is then no short URL to give, and the answer says so in JSON
 // (instead of a short_url of "http:///code").
 func TestShortenWithoutHost(t *testing.T) {
-	srv := httptest.NewServer(newHandler(newMemoryStore(), noClicks{}, nil, nil, config{}, discardLog))
+	srv := httptest.NewServer(newHandler(newMemoryStore(), noClicks{}, nil, nil, nil, config{}, discardLog))
 	defer srv.Close()
 	c, err := net.DialTimeout("tcp", srv.Listener.Addr().String(), 10*time.Second)
 	if err != nil {

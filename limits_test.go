@@ -298,7 +298,7 @@ func TestCreateLimiterRedisGone(t *testing.T) {
 func TestCreateRateLimitHTTP(t *testing.T) {
 	forEachStore(t, func(t *testing.T, store Store) {
 		l, _ := newTestLimiter(t, 1, 2, nil, "", discardLog) // the clock stands still: no refill
-		h := newHandler(store, noClicks{}, l, nil, config{}, discardLog)
+		h := newHandler(store, noClicks{}, nil, l, nil, config{}, discardLog)
 		before := countLinks(t, store)
 		post := func(remote string) *httptest.ResponseRecorder {
 			req := httptest.NewRequest("POST", "/shorten", strings.NewReader(`{"url":"https://go.dev/limited"}`))

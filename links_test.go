@@ -40,10 +40,16 @@ func (c *linkClock) add(d time.Duration) {
 	c.t = c.t.Add(d)
 }
 
+func (c *linkClock) set(t time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = t
+}
+
 // linkServer is the handler of a server on store whose links expire by
 // clock.
 func linkServer(store Store, clock *linkClock) http.Handler {
-	return newServer(store, noClicks{}, nil, nil, config{now: clock.now}, discardLog).Handler
+	return newServer(store, noClicks{}, nil, nil, nil, config{now: clock.now}, discardLog).Handler
 }
 
 // doAuth sends one request to h with an Authorization header (none if

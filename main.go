@@ -225,7 +225,45 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	log.Info("limits", "max_in_flight", cfg.limits.maxInFlight, "create_rate", cfg.limits.createRate,
 		"create_burst", cfg.limits.createBurst, "shared_through_redis", rdb != nil && limiter != nil)
-	clicks, drainClicks := openClicks(cfg.clicks, base, m, log)
+	// Stats: each batch of clicks summed in memory, the sums written to
+	// Postgres every STATS_FLUSH.
+	var stats *statsStore
+	if pg, ok := base.(*pgStore); ok && cfg.stats.on && cfg.clicks.mode != "off" {
+		stats = newStatsStore(pg.db, cfg, log)
+		m.watchStats(stats)
+		mctx, cancel := context.WithTimeout(ctx, migrateTimeout)
+		err := stats.maintain(mctx)
+		cancel()
+		if err != nil {
+			return err
+		}
+		mctx, stopMaintenance := context.WithCancel(ctx)
+		maintained := make(chan struct{})
+		go func() {
+			defer close(maintained)
+			stats.runMaintenance(mctx, statsMaintainEvery)
+		}()
+		// Runs before the store closes (deferred above, so after this).
+		defer func() {
+			stopMaintenance()
+			<-maintained
+		}()
+		go stats.runFlush(cfg.stats.flush)
+		defer func() {
+			// After the click queue's drain (deferred below, so run
+			// before this): what it added is written too.
+			sctx, cancel := stage()
+			defer cancel()
+			if err := stats.Close(sctx); err != nil {
+				log.Error("stats: the last flush failed; those stats are lost (shortener_stats_lost_total)", "err", err)
+			}
+		}()
+		log.Info("stats", "top", cfg.stats.top, "hours_kept_months", cfg.stats.keep.hours,
+			"days_kept_months", cfg.stats.keep.days, "flush", cfg.stats.flush)
+	} else if cfg.stats.on {
+		log.Info("stats off: they need Postgres (DATABASE_URL) and clicks (CLICKS not off)")
+	}
+	clicks, drainClicks := openClicks(cfg.clicks, base, stats, m, log)
 	defer func() {
 		// run's ctx is cancelled by now; the drain takes what is left of
 		// the shutdown's deadline, and counts the clicks it could not write.
@@ -250,7 +288,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.addr, err)
 	}
-	srv := newServer(store, clicks, limiter, m, cfg, log)
+	srv := newServer(store, clicks, stats, limiter, m, cfg, log)
 	srv.TLSConfig = tlsConfig
 
 	if m != nil {

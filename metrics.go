@@ -439,6 +439,19 @@ func (m *metrics) watchClicks(q *clickQueue) {
 	)
 }
 
+// watchStats exports the clicks whose stats were not written, though
+// their totals were (statsStore.write).
+func (m *metrics) watchStats(s *statsStore) {
+	if m == nil || s == nil {
+		return
+	}
+	m.reg.MustRegister(
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: metricsNamespace, Name: "stats_lost_total",
+			Help: "Clicks whose totals were written and whose stats (hours, days, uniques) were not."},
+			func() float64 { return float64(s.statsLost.Load()) }),
+	)
+}
+
 // watchDB exports database/sql's pool statistics (open, in use, idle,
 // waits and time waited for a connection).
 func (m *metrics) watchDB(db *sql.DB) {

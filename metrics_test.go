@@ -240,7 +240,7 @@ func TestMetricsCount(t *testing.T) {
 			t.Fatal(err)
 		}
 		lim := newCreateLimiter(1, 1, nil, discardLog)
-		h := newHandler(store, noClicks{}, lim, m, config{}, discardLog)
+		h := newHandler(store, noClicks{}, nil, lim, m, config{}, discardLog)
 		for range 3 {
 			do(t, h, "GET", "/abcDEF1", "")
 		}
@@ -322,7 +322,7 @@ func TestRequestID(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			logs := &syncBuffer{}
-			h := newHandler(brokenStore{}, noClicks{}, nil, nil, cfg, newLogger(cfg.logFormat, logs))
+			h := newHandler(brokenStore{}, noClicks{}, nil, nil, nil, cfg, newLogger(cfg.logFormat, logs))
 			r := httptest.NewRequest("GET", "/abcDEF1", nil)
 			r.RemoteAddr = tt.peer
 			if tt.id != "" {

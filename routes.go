@@ -9,13 +9,16 @@ import (
 // method ("POST /shorten") and a wildcard ("{code}", read with
 // r.PathValue); "GET" patterns answer HEAD too. The most specific pattern
 // wins, so /healthz is never taken for a code.
-func addRoutes(mux *http.ServeMux, store Store, clicks clickRecorder, limiter *createLimiter, m *metrics, cfg config, log *slog.Logger) {
+func addRoutes(mux *http.ServeMux, store Store, clicks clickRecorder, stats *statsStore, limiter *createLimiter, m *metrics, cfg config, log *slog.Logger) {
 	mux.Handle("POST /shorten", limitCreates(limiter, m.limitedCounter(), log, handleShorten(store, cfg, log)))
 	// Without this, GET /{code} would take GET /shorten for a code.
 	mux.Handle("GET /shorten", handleMethodNotAllowed(allowOverrides["/shorten"], log))
 	mux.Handle("GET /healthz", handleHealthz())
 	mux.Handle("GET /{code}", handleRedirect(store, clicks, cfg.clock(), log))
 	mux.Handle("GET /api/links/{code}", handleLinkInfo(store, cfg.clock(), log))
+	// A stats read is up to a thousand rows, which a client could ask
+	// for without end: it draws on the creates' allowance too.
+	mux.Handle("GET /api/links/{code}/stats", limitCreates(limiter, m.limitedCounter(), log, handleStats(store, stats, cfg.clock(), log)))
 	// Edits and deletes draw on the same allowance as creates: each is a
 	// write to Postgres that a client could otherwise repeat without end.
 	mux.Handle("PATCH /api/links/{code}", limitCreates(limiter, m.limitedCounter(), log, handleEdit(store, cfg, m.editCounter(), log)))

@@ -20,9 +20,9 @@ import (
 // middleware, innermost first (so the last one applied is the first a
 // request meets). limiter nil means no limit on creates; m nil means no
 // metrics.
-func newHandler(store Store, clicks clickRecorder, limiter *createLimiter, m *metrics, cfg config, log *slog.Logger) http.Handler {
+func newHandler(store Store, clicks clickRecorder, stats *statsStore, limiter *createLimiter, m *metrics, cfg config, log *slog.Logger) http.Handler {
 	mux := http.NewServeMux()
-	addRoutes(mux, store, clicks, limiter, m, cfg, log)
+	addRoutes(mux, store, clicks, stats, limiter, m, cfg, log)
 	// A request that no route takes lands here, so that the mux's own
 	// 404 and 405 are JSON like every other error. A catch-all route,
 	// not a wrapper around the mux: a wrapper would have to ask the mux
@@ -37,9 +37,9 @@ func newHandler(store Store, clicks clickRecorder, limiter *createLimiter, m *me
 	return h
 }
 
-func newServer(store Store, clicks clickRecorder, limiter *createLimiter, m *metrics, cfg config, log *slog.Logger) *http.Server {
+func newServer(store Store, clicks clickRecorder, stats *statsStore, limiter *createLimiter, m *metrics, cfg config, log *slog.Logger) *http.Server {
 	srv := &http.Server{
-		Handler: newHandler(store, clicks, limiter, m, cfg, log),
+		Handler: newHandler(store, clicks, stats, limiter, m, cfg, log),
 		// Without these a client that opens a connection and sends
 		// nothing, or reads its answer a byte a minute, holds a
 		// connection forever.

@@ -21,7 +21,7 @@ func TestIdleConnsBounded(t *testing.T) {
 	const n, extra = 4, 5
 	cfg := defaultConfig()
 	cfg.idleConnsMax = n
-	srv := newServer(newMemoryStore(), noClicks{}, nil, nil, cfg, discardLog)
+	srv := newServer(newMemoryStore(), noClicks{}, nil, nil, nil, cfg, discardLog)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -127,7 +127,7 @@ func TestAccessLogCutsMethod(t *testing.T) {
 	logs := &syncBuffer{}
 	cfg := defaultConfig()
 	cfg.accessLog = true
-	h := newHandler(newMemoryStore(), noClicks{}, nil, nil, cfg, slog.New(slog.NewTextHandler(logs, nil)))
+	h := newHandler(newMemoryStore(), noClicks{}, nil, nil, nil, cfg, slog.New(slog.NewTextHandler(logs, nil)))
 	r := httptest.NewRequest(strings.Repeat("A", 60_000), "/healthz", nil)
 	h.ServeHTTP(httptest.NewRecorder(), r)
 	line := logs.String()
@@ -163,7 +163,7 @@ func TestWarnsOnceAboutUntrustedForwardedFor(t *testing.T) {
 				t.Fatal(err)
 			}
 			logs := &syncBuffer{}
-			h := newHandler(newMemoryStore(), noClicks{}, nil, nil, cfg, slog.New(slog.NewTextHandler(logs, nil)))
+			h := newHandler(newMemoryStore(), noClicks{}, nil, nil, nil, cfg, slog.New(slog.NewTextHandler(logs, nil)))
 			for i := range 100 {
 				r := httptest.NewRequest("GET", "/healthz", nil)
 				r.RemoteAddr = tt.peer

@@ -65,3 +65,35 @@ DO $$ BEGIN
     ALTER TABLE links ADD CONSTRAINT links_max_clicks_check CHECK (max_clicks >= 1);
 EXCEPTION WHEN duplicate_object THEN NULL;
 END $$;
+-- Step 17: what people see of their links. The click workers sum the
+-- clicks by link and hour, and by link and day, in memory, and add the
+-- sums here every STATS_FLUSH; nothing is written per click. A day's row
+-- also holds its visitors as a HyperLogLog sketch (of their addresses
+-- hashed with the code under that day's key: never the address), its
+-- referrer hosts (at most STATS_TOP entries, (other) summing those cut)
+-- and its clients by class. Both tables are partitioned by
+-- month, so that the months past their retention are dropped whole
+-- (stats_postgres.go makes and drops the partitions).
+CREATE TABLE IF NOT EXISTS click_hours (
+    code   text        NOT NULL,
+    hour   timestamptz NOT NULL,
+    people integer     NOT NULL DEFAULT 0,
+    bots   integer     NOT NULL DEFAULT 0,
+    PRIMARY KEY (code, hour)
+) PARTITION BY RANGE (hour);
+CREATE TABLE IF NOT EXISTS click_days (
+    code      text   NOT NULL,
+    day       date   NOT NULL,
+    people    bigint NOT NULL DEFAULT 0,
+    bots      bigint NOT NULL DEFAULT 0,
+    uniques   bytea  NOT NULL DEFAULT '',
+    referrers jsonb  NOT NULL DEFAULT '{}',
+    agents    jsonb  NOT NULL DEFAULT '{}',
+    PRIMARY KEY (code, day)
+) PARTITION BY RANGE (day);
+-- The key each day's visitors are hashed with, made by the first instance
+-- that needs it and deleted when the next day is over.
+CREATE TABLE IF NOT EXISTS stats_keys (
+    day date  PRIMARY KEY,
+    key bytea NOT NULL
+);

@@ -1,0 +1,891 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/axiomhq/hyperloglog"
+	"github.com/lib/pq"
+)
+
+const (
+	// addHoursSQL adds a batch's clicks per link and hour: one row
+	// written per link and hour, whatever the number of clicks.
+	addHoursSQL = `INSERT INTO click_hours (code, hour, people, bots)
+SELECT * FROM unnest($1::text[], $2::timestamptz[], $3::integer[], $4::integer[])
+ON CONFLICT (code, hour) DO UPDATE SET people = click_hours.people + EXCLUDED.people, bots = click_hours.bots + EXCLUDED.bots`
+	// A day's row holds a sketch and two small maps, which SQL cannot
+	// add up: a row that is missing is made whole; one that is there is
+	// locked, read, merged here and written back, all in the chunk's
+	// transaction, so that two instances writing the same link's day
+	// take turns.
+	newDaysSQL = `INSERT INTO click_days (code, day, people, bots, uniques, referrers, agents)
+SELECT * FROM unnest($1::text[], $2::date[], $3::bigint[], $4::bigint[], $5::bytea[], $6::jsonb[], $7::jsonb[])
+ON CONFLICT (code, day) DO NOTHING RETURNING code, day::text`
+	lockDaysSQL = `SELECT code, day::text, people, bots, uniques, referrers, agents FROM click_days
+WHERE (code, day) IN (SELECT * FROM unnest($1::text[], $2::date[]))
+ORDER BY code COLLATE "C", day FOR UPDATE`
+	setDaysSQL = `UPDATE click_days d SET people = u.people, bots = u.bots, uniques = u.uniques,
+  referrers = u.referrers, agents = u.agents
+FROM unnest($1::text[], $2::date[], $3::bigint[], $4::bigint[], $5::bytea[], $6::jsonb[], $7::jsonb[])
+  AS u(code, day, people, bots, uniques, referrers, agents)
+WHERE d.code = u.code AND d.day = u.day`
+
+	hoursSQL = `SELECT hour, people, bots FROM click_hours
+WHERE code = $1 AND hour >= $2 AND hour < $3 ORDER BY hour`
+	daysSQL = `SELECT day::text, people, bots, uniques, referrers, agents FROM click_days
+WHERE code = $1 AND day >= $2::date AND day < $3::date ORDER BY day`
+
+	// The day's key is made by whichever instance needs it first; the
+	// others read it.
+	newKeySQL = `INSERT INTO stats_keys (day, key) VALUES ($1::date, $2) ON CONFLICT (day) DO NOTHING`
+	keySQL    = `SELECT key FROM stats_keys WHERE day = $1::date`
+	// A day's key is deleted once the next day is over: a click still
+	// queued at midnight is hashed with its own day's key, and after
+	// that nothing can link a visitor's days.
+	oldKeysSQL = `DELETE FROM stats_keys WHERE day < $1::date`
+
+	// statsLock serializes the partitions' DDL across instances
+	// (pg_advisory_xact_lock): two CREATE TABLE IF NOT EXISTS at once can
+	// still collide.
+	statsLock = 7306298432
+)
+
+// statsStore writes each batch's totals, sums its clicks into the pending
+// rollup, flushes that every STATS_FLUSH, and reads the rollups back for
+// GET /api/links/{code}/stats. Its tables (sql/schema.sql) are
+// partitioned by month; maintain makes the months to come and drops the
+// ones past their retention.
+type statsStore struct {
+	db       *sql.DB
+	rows     bool          // CLICK_STORAGE=rows: a row per click, not counts
+	top      int           // STATS_TOP: referrer hosts kept per link and day
+	keep     statsKeep     // how long each table is kept
+	timeout  time.Duration // DB_TIMEOUT, for the reads a request waits on
+	now      func() time.Time
+	log      *slog.Logger
+	warnings *sampledLog
+
+	// statsLost counts clicks whose totals were written and whose stats
+	// were not: shortener_stats_lost_total.
+	statsLost atomic.Int64
+
+	// The stats summed since the last flush, and the flush loop's
+	// signals (runFlush, Close).
+	pmu        sync.Mutex
+	pending    *rollup
+	names      *nameCache // used under pmu
+	maxPending int        // maxPendingRows; a test's own
+	fmu        sync.Mutex // held by a flush
+	flushNow   chan struct{}
+	stopFlush  chan context.Context // Close sends the deadline of the last flush
+	flushed    chan error           // the last flush's error, then closed
+
+	mu     sync.Mutex
+	keys   map[string][]byte // day (2006-01-02) → its visitor key
+	months map[string]bool   // months (2006_01) whose partitions are there (see ensureMonth)
+}
+
+// statsKeep is STATS_HOURS_KEEP and STATS_DAYS_KEEP: how many whole months
+// of each table are kept before the current one.
+type statsKeep struct{ hours, days int }
+
+func newStatsStore(db *sql.DB, cfg config, log *slog.Logger) *statsStore {
+	return &statsStore{
+		db: db, rows: cfg.clicks.storage == "rows", top: cfg.stats.top, keep: cfg.stats.keep,
+		timeout: cfg.pool.timeout, now: cfg.clock(), log: log,
+		warnings: &sampledLog{log: log, every: 10 * time.Second},
+		keys:     make(map[string][]byte), months: make(map[string]bool),
+		pending: newRollup(), names: newNameCache(), maxPending: maxPendingRows, flushNow: make(chan struct{}, 1), stopFlush: make(chan context.Context, 1), flushed: make(chan error, 1),
+	}
+}
+
+// write writes a batch of clicks: their links' totals at once, as before
+// the stats, and their stats into the pending rollup, which flush writes
+// every STATS_FLUSH. So a batch costs the queue what it did (one
+// statement), and the stats cost one write per link-hour and link-day
+// per STATS_FLUSH, however many batches and clicks they sum: under load,
+// far fewer rows than a write per batch (docs/17). The totals do not wait
+// on the stats, nor depend on them: a batch whose stats cannot be summed
+// (a day's key that cannot be read) is counted in statsLost, its totals
+// written.
+func (s *statsStore) write(ctx context.Context, clicks []click) error {
+	if err := s.writeCounts(ctx, clicks); err != nil {
+		return err
+	}
+	// The keys of the batch's days (one, but at midnight), read before
+	// anything is summed: a key that cannot be read loses the batch's
+	// stats, not half of them.
+	now := s.now().UTC()
+	yesterday := dayOf(now).AddDate(0, 0, -1)
+	hashers := make(map[time.Time]*visitorHasher, 1)
+	for _, c := range clicks {
+		day := dayOf(c.at)
+		if _, ok := hashers[day]; ok {
+			continue
+		}
+		// A click's time is the instance's clock when it was served; a
+		// day before yesterday's has no key any more (maintain deleted
+		// it), and a new one would count its visitors twice: such a
+		// click is counted, but not among the uniques.
+		if day.Before(yesterday) {
+			hashers[day] = nil
+			continue
+		}
+		k, err := s.key(ctx, day)
+		if err != nil {
+			s.lose(ctx, int64(len(clicks)), err)
+			return nil
+		}
+		hashers[day] = newVisitorHasher(k)
+	}
+	s.pmu.Lock()
+	full := s.pending.rows() >= 4*s.maxPending
+	if !full {
+		s.pending.add(clicks, hashers, s.names)
+	}
+	due := s.pending.rows() >= s.maxPending
+	s.pmu.Unlock()
+	if full {
+		// The flush cannot keep up: memory is bounded, the stats are not.
+		s.lose(ctx, int64(len(clicks)), fmt.Errorf("%d rows pending, the most kept", 4*s.maxPending))
+		return nil
+	}
+	if due {
+		select {
+		case s.flushNow <- struct{}{}:
+		default: // one is asked for already
+		}
+	}
+	return nil
+}
+
+// maxPendingRows is the rows (link-hours and link-days) the pending
+// rollup holds before a flush is asked for at once, without waiting for
+// STATS_FLUSH; at four times this, new stats are counted lost instead of
+// held. A row held is a few hundred bytes (a sketch while small, a few
+// referrers): some tens of megabytes at most.
+const maxPendingRows = 100_000
+
+// lose counts n clicks whose stats will not be written.
+func (s *statsStore) lose(ctx context.Context, n int64, err error) {
+	s.statsLost.Add(n)
+	s.warnings.warn(ctx, "stats not written; the clicks' totals were", err)
+}
+
+// flush writes the pending rollup, statsChunk links at a time, each
+// chunk's hours and days in one transaction: all of a link's rows, or
+// none (then counted in statsLost).
+func (s *statsStore) flush(ctx context.Context) error {
+	s.fmu.Lock() // one flush at a time: the loop's, or a test's
+	defer s.fmu.Unlock()
+	s.pmu.Lock()
+	r := s.pending
+	s.pending = newRollup()
+	s.pmu.Unlock()
+	if r.rows() == 0 {
+		return nil
+	}
+	lost, err := s.writeRollup(ctx, r)
+	if err != nil {
+		s.lose(ctx, lost, err)
+		// A partition dropped by hand is made again at the next flush.
+		s.mu.Lock()
+		clear(s.months)
+		s.mu.Unlock()
+	}
+	return err
+}
+
+// statsChunk is how many links' rows a flush writes per transaction:
+// enough to make each statement worth its round trip, few enough that a
+// transaction's WAL, which each commit on the server waits to reach the
+// disk behind, stays small. (With one transaction per flush, the click
+// queue, whose commits are small, still dropped clicks under load:
+// docs/17.)
+const statsChunk = 1000
+
+// writeRollup writes r; on an error, it returns the clicks of the links
+// not written.
+func (s *statsStore) writeRollup(ctx context.Context, r *rollup) (int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, statsWriteTimeout)
+	defer cancel()
+	if err := s.ensureMonths(ctx, r, s.now().UTC()); err != nil {
+		return r.clicks, err
+	}
+	type linkRows struct {
+		hours  map[hourKey]*hourSums
+		days   map[dayKey]*daySums
+		clicks int64
+	}
+	links := make(map[string]*linkRows)
+	of := func(code string) *linkRows {
+		l := links[code]
+		if l == nil {
+			l = &linkRows{hours: make(map[hourKey]*hourSums, 1), days: make(map[dayKey]*daySums, 1)}
+			links[code] = l
+		}
+		return l
+	}
+	for k, h := range r.hours {
+		l := of(k.code)
+		l.hours[k] = h
+		l.clicks += h.people + h.bots
+	}
+	for k, d := range r.days {
+		of(k.code).days[k] = d
+	}
+	codes := slices.Sorted(maps.Keys(links))
+	for start := 0; start < len(codes); start += statsChunk {
+		chunk := codes[start:min(start+statsChunk, len(codes))]
+		hours := make(map[hourKey]*hourSums, len(chunk))
+		days := make(map[dayKey]*daySums, len(chunk))
+		for _, c := range chunk {
+			maps.Copy(hours, links[c].hours)
+			maps.Copy(days, links[c].days)
+		}
+		if err := s.writeChunk(ctx, hours, days); err != nil {
+			var lost int64
+			for _, c := range codes[start:] {
+				lost += links[c].clicks
+			}
+			return lost, err
+		}
+	}
+	return 0, nil
+}
+
+func (s *statsStore) writeChunk(ctx context.Context, hours map[hourKey]*hourSums, days map[dayKey]*daySums) error {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("stats: begin: %w", deadline(ctx, err))
+	}
+	defer tx.Rollback() //nolint:errcheck // after Commit, Rollback is a no-op that returns ErrTxDone
+	if err := writeHours(ctx, tx, hours); err != nil {
+		return err
+	}
+	if err := s.writeDays(ctx, tx, days); err != nil {
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("stats: commit %d rows: %w", len(hours)+len(days), deadline(ctx, err))
+	}
+	return nil
+}
+
+// statsWriteTimeout bounds one flush: as long as a batch of clicks gets,
+// and more, since a flush can hold tens of thousands of rows.
+const statsWriteTimeout = 4 * clickWriteTimeout
+
+// runFlush flushes every interval, and when write asks, until Close; then
+// once more, for what the drained queue added.
+func (s *statsStore) runFlush(every time.Duration) {
+	defer close(s.flushed)
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case ctx := <-s.stopFlush:
+			s.flushed <- s.flush(ctx)
+			return
+		case <-tick.C:
+		case <-s.flushNow:
+		}
+		// Errors are counted and logged by flush.
+		s.flush(context.Background()) //nolint:errcheck // see above
+	}
+}
+
+// Close writes what is pending, after the click queue has drained into
+// it, and stops the flushes; it waits up to ctx's deadline. Call it once,
+// and only if runFlush runs.
+func (s *statsStore) Close(ctx context.Context) error {
+	s.stopFlush <- ctx
+	select {
+	case err := <-s.flushed:
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("stats: last flush: %w", ctx.Err())
+	}
+}
+
+// ensureMonths makes the partitions of every month a batch's hours fall in.
+func (s *statsStore) ensureMonths(ctx context.Context, r *rollup, now time.Time) error {
+	for hk := range r.hours {
+		if err := s.ensureMonth(ctx, hk.hour, now); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *statsStore) writeCounts(ctx context.Context, clicks []click) error {
+	if s.rows {
+		var codes []string
+		for _, c := range clicks {
+			if !c.counted {
+				codes = append(codes, c.code)
+			}
+		}
+		if len(codes) == 0 {
+			return nil
+		}
+		if _, err := s.db.ExecContext(ctx, addClickRowsSQL, pq.Array(codes)); err != nil {
+			return fmt.Errorf("stats: add %d click rows: %w", len(codes), deadline(ctx, err))
+		}
+		return nil
+	}
+	counts := make(map[string]int64, len(clicks))
+	for _, c := range clicks {
+		if !c.counted {
+			counts[c.code]++
+		}
+	}
+	if len(counts) == 0 {
+		return nil
+	}
+	// Sorted, as AddClicks does, so that two instances lock rows in the
+	// same order and cannot deadlock; the hours and days below too.
+	codes := slices.Sorted(maps.Keys(counts))
+	sums := make([]int64, len(codes))
+	for i, c := range codes {
+		sums[i] = counts[c]
+	}
+	if _, err := s.db.ExecContext(ctx, addClicksSQL, pq.Array(codes), pq.Array(sums)); err != nil {
+		return fmt.Errorf("stats: add clicks for %d codes: %w", len(codes), deadline(ctx, err))
+	}
+	return nil
+}
+
+func writeHours(ctx context.Context, tx *sql.Tx, hours map[hourKey]*hourSums) error {
+	keys := slices.SortedFunc(maps.Keys(hours), func(a, b hourKey) int {
+		if c := strings.Compare(a.code, b.code); c != 0 {
+			return c
+		}
+		return a.hour.Compare(b.hour)
+	})
+	codes := make([]string, len(keys))
+	at := make([]string, len(keys))
+	people := make([]int64, len(keys))
+	bots := make([]int64, len(keys))
+	for i, k := range keys {
+		codes[i], at[i] = k.code, k.hour.Format(time.RFC3339)
+		people[i], bots[i] = hours[k].people, hours[k].bots
+	}
+	if _, err := tx.ExecContext(ctx, addHoursSQL, pq.Array(codes), pq.Array(at), pq.Array(people), pq.Array(bots)); err != nil {
+		return fmt.Errorf("stats: add %d link-hours: %w", len(keys), deadline(ctx, err))
+	}
+	return nil
+}
+
+// dayRow is a click_days row, decoded.
+type dayRow struct {
+	day          string
+	people, bots int64
+	uniques      *hyperloglog.Sketch
+	referrers    map[string]int64
+	agents       map[string]int64
+}
+
+func (s *statsStore) writeDays(ctx context.Context, tx *sql.Tx, days map[dayKey]*daySums) error {
+	keys := slices.SortedFunc(maps.Keys(days), func(a, b dayKey) int {
+		if c := strings.Compare(a.code, b.code); c != 0 {
+			return c
+		}
+		return a.day.Compare(b.day)
+	})
+	// First as new rows, with this flush's sums alone: a row that is
+	// not there yet is made whole, in one statement. Those already there
+	// do not come back from the insert; they are locked, merged and written.
+	fresh := make([]dayRow, len(keys))
+	for i, k := range keys {
+		fresh[i] = dayRow{day: k.day.Format(time.DateOnly), referrers: map[string]int64{}, agents: map[string]int64{}}
+	}
+	inserted, err := s.putDays(ctx, tx, newDaysSQL, keys, days, fresh, func(rows *sql.Rows) (dayKey, error) {
+		var code, day string
+		if err := rows.Scan(&code, &day); err != nil {
+			return dayKey{}, err
+		}
+		t, err := time.Parse(time.DateOnly, day)
+		return dayKey{code, t}, err
+	})
+	if err != nil {
+		return err
+	}
+	var rest []dayKey
+	for _, k := range keys {
+		if !inserted[k] {
+			rest = append(rest, k)
+		}
+	}
+	if len(rest) == 0 {
+		return nil
+	}
+	codes := make([]string, len(rest))
+	dates := make([]string, len(rest))
+	for i, k := range rest {
+		codes[i], dates[i] = k.code, k.day.Format(time.DateOnly)
+	}
+	rows, err := tx.QueryContext(ctx, lockDaysSQL, pq.Array(codes), pq.Array(dates))
+	if err != nil {
+		return fmt.Errorf("stats: lock %d link-days: %w", len(rest), deadline(ctx, err))
+	}
+	stored := make(map[dayKey]dayRow, len(rest))
+	for rows.Next() {
+		var code string
+		row, err := s.scanDay(rows, &code)
+		if err != nil {
+			rows.Close() //nolint:errcheck // the scan error is the one worth returning
+			return err
+		}
+		day, err := time.Parse(time.DateOnly, row.day)
+		if err != nil {
+			rows.Close() //nolint:errcheck // the parse error is the one worth returning
+			return fmt.Errorf("stats: day %q from Postgres: %w", row.day, err)
+		}
+		stored[dayKey{code, day}] = row
+	}
+	if err := rows.Close(); err != nil {
+		return fmt.Errorf("stats: read link-days: %w", deadline(ctx, err))
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("stats: read link-days: %w", deadline(ctx, err))
+	}
+	old := make([]dayRow, len(rest))
+	for i, k := range rest {
+		row, ok := stored[k]
+		if !ok { // the insert found it there, and rows are never deleted but by month
+			return fmt.Errorf("stats: link-day %s %s not found after the insert found it", k.code, dates[i])
+		}
+		old[i] = row
+	}
+	_, err = s.putDays(ctx, tx, setDaysSQL, rest, days, old, nil)
+	return err
+}
+
+// putDays runs query (newDaysSQL or setDaysSQL) for keys, each row being
+// base[i] with days[keys[i]] added; with scan, it returns the keys the
+// query returned.
+func (s *statsStore) putDays(ctx context.Context, tx *sql.Tx, query string, keys []dayKey, days map[dayKey]*daySums,
+	base []dayRow, scan func(*sql.Rows) (dayKey, error)) (map[dayKey]bool, error) {
+	codes := make([]string, len(keys))
+	dates := make([]string, len(keys))
+	people := make([]int64, len(keys))
+	bots := make([]int64, len(keys))
+	uniques := make([][]byte, len(keys))
+	referrers := make([]string, len(keys))
+	agents := make([]string, len(keys))
+	for i, k := range keys {
+		codes[i], dates[i] = k.code, k.day.Format(time.DateOnly)
+		row, add := base[i], days[k]
+		people[i], bots[i] = row.people+add.people, row.bots+add.bots
+		sk := row.uniques
+		if add.uniques != nil {
+			if sk == nil {
+				sk = add.uniques
+			} else if err := sk.Merge(add.uniques); err != nil {
+				// A stored sketch that decodes but does not fit (another
+				// precision): bad input, like one that does not decode.
+				s.warnings.warn(ctx, "stats: a stored sketch does not merge; its uniques start again", err)
+				sk = add.uniques
+			}
+		}
+		if sk != nil {
+			b, err := sk.MarshalBinary()
+			if err != nil {
+				return nil, fmt.Errorf("stats: encode uniques of %s %s: %w", k.code, dates[i], err)
+			}
+			uniques[i] = b
+		}
+		for h, n := range add.referrers {
+			row.referrers[h] += n
+		}
+		for c, n := range add.agents {
+			if n > 0 {
+				row.agents[agentClass(c).String()] += n
+			}
+		}
+		ref, err := json.Marshal(topReferrers(row.referrers, s.top))
+		if err != nil {
+			return nil, fmt.Errorf("stats: encode referrers: %w", err)
+		}
+		ag, err := json.Marshal(row.agents)
+		if err != nil {
+			return nil, fmt.Errorf("stats: encode agents: %w", err)
+		}
+		referrers[i], agents[i] = string(ref), string(ag)
+	}
+	args := []any{pq.Array(codes), pq.Array(dates), pq.Array(people), pq.Array(bots),
+		pq.ByteaArray(uniques), pq.Array(referrers), pq.Array(agents)}
+	if scan == nil {
+		if _, err := tx.ExecContext(ctx, query, args...); err != nil {
+			return nil, fmt.Errorf("stats: write %d link-days: %w", len(keys), deadline(ctx, err))
+		}
+		return nil, nil
+	}
+	rows, err := tx.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, fmt.Errorf("stats: add %d link-days: %w", len(keys), deadline(ctx, err))
+	}
+	got := make(map[dayKey]bool, len(keys))
+	for rows.Next() {
+		k, err := scan(rows)
+		if err != nil {
+			rows.Close() //nolint:errcheck // the scan error is the one worth returning
+			return nil, fmt.Errorf("stats: add link-days: %w", err)
+		}
+		got[k] = true
+	}
+	if err := rows.Close(); err != nil {
+		return nil, fmt.Errorf("stats: add link-days: %w", deadline(ctx, err))
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("stats: add link-days: %w", deadline(ctx, err))
+	}
+	return got, nil
+}
+
+// scanDay reads a click_days row (with its code first if code is not nil).
+// What Postgres holds is checked like any input: a sketch or a map that
+// does not decode is logged and read as empty, so that one bad row costs
+// its own uniques or referrers, never the flush.
+func (s *statsStore) scanDay(rows *sql.Rows, code *string) (dayRow, error) {
+	var row dayRow
+	var sketch, ref, ag []byte
+	dest := []any{&row.day, &row.people, &row.bots, &sketch, &ref, &ag}
+	if code != nil {
+		dest = append([]any{code}, dest...)
+	}
+	if err := rows.Scan(dest...); err != nil {
+		return dayRow{}, fmt.Errorf("stats: scan link-day: %w", err)
+	}
+	if row.people < 0 || row.bots < 0 {
+		s.warnings.warn(context.Background(), "stats: stored counts are negative; they start again",
+			fmt.Errorf("people %d, bots %d", row.people, row.bots))
+		row.people, row.bots = 0, 0
+	}
+	if len(sketch) > 0 {
+		sk := newSketch()
+		if err := sk.UnmarshalBinary(sketch); err != nil {
+			s.warnings.warn(context.Background(), "stats: a stored sketch does not decode; its uniques start again", err)
+		} else {
+			row.uniques = sk
+		}
+	}
+	row.referrers = s.counts(ref, "referrers")
+	row.agents = s.counts(ag, "agents")
+	return row, nil
+}
+
+// counts decodes a map of counts stored as JSON; a bad one is empty.
+func (s *statsStore) counts(b []byte, what string) map[string]int64 {
+	m := make(map[string]int64)
+	if len(b) == 0 {
+		return m
+	}
+	if err := json.Unmarshal(b, &m); err != nil {
+		s.warnings.warn(context.Background(), "stats: stored "+what+" do not decode; they start again", err)
+		return make(map[string]int64)
+	}
+	for k, n := range m {
+		if n < 0 || k == "" || len(k) > maxHostLen {
+			s.warnings.warn(context.Background(), "stats: stored "+what+" hold a bad entry; they start again",
+				fmt.Errorf("%q: %d", k, n))
+			return make(map[string]int64)
+		}
+	}
+	return m
+}
+
+// key returns the day's visitor key, making it if no instance has.
+func (s *statsStore) key(ctx context.Context, day time.Time) ([]byte, error) {
+	d := day.Format(time.DateOnly)
+	s.mu.Lock()
+	k := s.keys[d]
+	s.mu.Unlock()
+	if k != nil {
+		return k, nil
+	}
+	fresh := make([]byte, 32)
+	rand.Read(fresh) //nolint:errcheck // crypto/rand.Read never returns an error (Go 1.24+)
+	if _, err := s.db.ExecContext(ctx, newKeySQL, d, fresh); err != nil {
+		return nil, fmt.Errorf("make the key of %s: %w", d, deadline(ctx, err))
+	}
+	if err := s.db.QueryRowContext(ctx, keySQL, d).Scan(&k); err != nil {
+		return nil, fmt.Errorf("read the key of %s: %w", d, deadline(ctx, err))
+	}
+	if len(k) != 32 {
+		return nil, fmt.Errorf("the key of %s from Postgres is %d bytes, want 32", d, len(k))
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for old := range s.keys {
+		if old < day.AddDate(0, 0, -1).Format(time.DateOnly) {
+			delete(s.keys, old)
+		}
+	}
+	s.keys[d] = k
+	return k, nil
+}
+
+// monthStart is the first instant of t's month, in UTC.
+func monthStart(t time.Time) time.Time {
+	t = t.UTC()
+	return time.Date(t.Year(), t.Month(), 1, 0, 0, 0, 0, time.UTC)
+}
+
+// partitionSuffix names a month's partitions: click_hours_2026_12.
+func partitionSuffix(month time.Time) string { return month.Format("2006_01") }
+
+// ensureMonth makes the partitions of t's month. It remembers the months
+// it made from last month on, which no instance drops (STATS_*_KEEP is at
+// least 1); an older month, which another instance may have dropped since,
+// is made again each time it is asked for: rare, a click queued across
+// the turn of a month.
+func (s *statsStore) ensureMonth(ctx context.Context, t, now time.Time) error {
+	month := monthStart(t)
+	name := partitionSuffix(month)
+	recent := !month.Before(monthStart(now).AddDate(0, -1, 0))
+	s.mu.Lock()
+	done := recent && s.months[name]
+	s.mu.Unlock()
+	if done {
+		return nil
+	}
+	next := month.AddDate(0, 1, 0)
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("stats: partitions of %s: %w", name, deadline(ctx, err))
+	}
+	defer tx.Rollback() //nolint:errcheck // after Commit, Rollback is a no-op that returns ErrTxDone
+	if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock($1)`, statsLock); err != nil {
+		return fmt.Errorf("stats: partitions of %s: lock: %w", name, deadline(ctx, err))
+	}
+	// DDL takes no parameters; the names and bounds are made here from a
+	// time, never from input.
+	ddl := fmt.Sprintf(`CREATE TABLE IF NOT EXISTS click_hours_%[1]s PARTITION OF click_hours
+  FOR VALUES FROM ('%[2]s') TO ('%[3]s');
+CREATE TABLE IF NOT EXISTS click_days_%[1]s PARTITION OF click_days
+  FOR VALUES FROM ('%[4]s') TO ('%[5]s')`, name,
+		month.Format(time.RFC3339), next.Format(time.RFC3339), month.Format(time.DateOnly), next.Format(time.DateOnly))
+	if _, err := tx.ExecContext(ctx, ddl); err != nil {
+		return fmt.Errorf("stats: partitions of %s: %w", name, deadline(ctx, err))
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("stats: partitions of %s: commit: %w", name, deadline(ctx, err))
+	}
+	if recent {
+		s.mu.Lock()
+		s.months[name] = true
+		s.mu.Unlock()
+	}
+	return nil
+}
+
+// maintain makes this month's and next month's partitions, drops those
+// past their retention and the visitor keys past their day. run calls it
+// at start and every statsMaintainEvery.
+func (s *statsStore) maintain(ctx context.Context) error {
+	now := s.now().UTC()
+	for _, m := range []time.Time{now, monthStart(now).AddDate(0, 1, 0)} {
+		if err := s.ensureMonth(ctx, m, now); err != nil {
+			return err
+		}
+	}
+	today := time.Date(now.Year(), now.Month(), now.Day(), 0, 0, 0, 0, time.UTC)
+	if _, err := s.db.ExecContext(ctx, oldKeysSQL, today.AddDate(0, 0, -1).Format(time.DateOnly)); err != nil {
+		return fmt.Errorf("stats: delete old keys: %w", deadline(ctx, err))
+	}
+	for _, t := range []struct {
+		table string
+		keep  int
+	}{{"click_hours", s.keep.hours}, {"click_days", s.keep.days}} {
+		// A month is dropped once all of it is older than keep whole
+		// months before this one.
+		oldest := monthStart(now).AddDate(0, -t.keep, 0)
+		if err := s.dropBefore(ctx, t.table, oldest); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// dropBefore drops table's monthly partitions that end by oldest.
+func (s *statsStore) dropBefore(ctx context.Context, table string, oldest time.Time) error {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("stats: drop old %s: %w", table, deadline(ctx, err))
+	}
+	defer tx.Rollback() //nolint:errcheck // after Commit, Rollback is a no-op that returns ErrTxDone
+	if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock($1)`, statsLock); err != nil {
+		return fmt.Errorf("stats: drop old %s: lock: %w", table, deadline(ctx, err))
+	}
+	rows, err := tx.QueryContext(ctx, `SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+WHERE i.inhparent = $1::regclass ORDER BY 1`, table)
+	if err != nil {
+		return fmt.Errorf("stats: list %s partitions: %w", table, deadline(ctx, err))
+	}
+	var drop []string
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			rows.Close() //nolint:errcheck // the scan error is the one worth returning
+			return fmt.Errorf("stats: list %s partitions: %w", table, err)
+		}
+		month, err := time.Parse("2006_01", strings.TrimPrefix(name, table+"_"))
+		if err != nil {
+			continue // not one of ours: an operator's, left alone
+		}
+		if !month.AddDate(0, 1, 0).After(oldest) {
+			drop = append(drop, name)
+		}
+	}
+	if err := rows.Close(); err != nil {
+		return fmt.Errorf("stats: list %s partitions: %w", table, deadline(ctx, err))
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("stats: list %s partitions: %w", table, deadline(ctx, err))
+	}
+	for _, name := range drop {
+		if _, err := tx.ExecContext(ctx, `DROP TABLE `+pq.QuoteIdentifier(name)); err != nil {
+			return fmt.Errorf("stats: drop %s: %w", name, deadline(ctx, err))
+		}
+		s.log.Info("stats: partition dropped, past its retention", "partition", name)
+		s.mu.Lock()
+		delete(s.months, strings.TrimPrefix(name, table+"_"))
+		s.mu.Unlock()
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("stats: drop old %s: commit: %w", table, deadline(ctx, err))
+	}
+	return nil
+}
+
+// statsMaintainEvery is how often maintain runs: months change rarely;
+// an hour bounds how long past its day a visitor key lives.
+const statsMaintainEvery = time.Hour
+
+// runMaintenance runs maintain every interval until ctx ends; a failure
+// is logged and tried again at the next.
+func (s *statsStore) runMaintenance(ctx context.Context, every time.Duration) {
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		mctx, cancel := context.WithTimeout(ctx, migrateTimeout)
+		if err := s.maintain(mctx); err != nil && ctx.Err() == nil {
+			s.log.Error("stats maintenance", "err", err)
+		}
+		cancel()
+	}
+}
+
+// statsPoint is one hour's or one day's clicks of a link. Uniques,
+// referrers and agents are kept per day only: null in hourly points.
+type statsPoint struct {
+	Time      time.Time        `json:"time"`
+	Clicks    int64            `json:"clicks"` // people's: clicks from browsers
+	Bots      int64            `json:"bots"`   // every other client's (see classify)
+	Uniques   *uint64          `json:"uniques"`
+	Referrers map[string]int64 `json:"referrers"`
+	Agents    map[string]int64 `json:"agents"`
+}
+
+// points reads a link's points of by ("hour" or "day") in [from, to),
+// both on the bucket's boundaries, with a zero point for each bucket
+// without clicks.
+func (s *statsStore) points(ctx context.Context, code, by string, from, to time.Time) ([]statsPoint, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	stored := make(map[time.Time]statsPoint)
+	var err error
+	if by == "hour" {
+		err = s.readHours(ctx, code, from, to, stored)
+	} else {
+		err = s.readDays(ctx, code, from, to, stored)
+	}
+	if err != nil {
+		return nil, err
+	}
+	var points []statsPoint
+	for t := from; t.Before(to); t = next(t, by) {
+		p, ok := stored[t]
+		if !ok {
+			p = statsPoint{Time: t}
+			if by == "day" {
+				p.Uniques, p.Referrers, p.Agents = new(uint64), map[string]int64{}, map[string]int64{}
+			}
+		}
+		points = append(points, p)
+	}
+	return points, nil
+}
+
+func next(t time.Time, by string) time.Time {
+	if by == "hour" {
+		return t.Add(time.Hour)
+	}
+	return t.AddDate(0, 0, 1)
+}
+
+func (s *statsStore) readHours(ctx context.Context, code string, from, to time.Time, into map[time.Time]statsPoint) error {
+	rows, err := s.db.QueryContext(ctx, hoursSQL, code, from, to)
+	if err != nil {
+		return fmt.Errorf("stats: read hours of %q: %w", code, deadline(ctx, err))
+	}
+	defer rows.Close() //nolint:errcheck // rows.Err below reports what matters
+	for rows.Next() {
+		var p statsPoint
+		if err := rows.Scan(&p.Time, &p.Clicks, &p.Bots); err != nil {
+			return fmt.Errorf("stats: read hours of %q: %w", code, err)
+		}
+		p.Time = p.Time.UTC()
+		into[p.Time] = p
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("stats: read hours of %q: %w", code, deadline(ctx, err))
+	}
+	return nil
+}
+
+func (s *statsStore) readDays(ctx context.Context, code string, from, to time.Time, into map[time.Time]statsPoint) error {
+	rows, err := s.db.QueryContext(ctx, daysSQL, code, from.Format(time.DateOnly), to.Format(time.DateOnly))
+	if err != nil {
+		return fmt.Errorf("stats: read days of %q: %w", code, deadline(ctx, err))
+	}
+	defer rows.Close() //nolint:errcheck // rows.Err below reports what matters
+	for rows.Next() {
+		row, err := s.scanDay(rows, nil)
+		if err != nil {
+			return err
+		}
+		day, err := time.Parse(time.DateOnly, row.day)
+		if err != nil {
+			return fmt.Errorf("stats: day %q from Postgres: %w", row.day, err)
+		}
+		var u uint64
+		if row.uniques != nil {
+			u = row.uniques.Estimate()
+		}
+		into[day] = statsPoint{Time: day, Clicks: row.people, Bots: row.bots, Uniques: &u,
+			Referrers: row.referrers, Agents: row.agents}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("stats: read days of %q: %w", code, deadline(ctx, err))
+	}
+	return nil
+}
