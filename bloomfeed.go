@@ -63,6 +63,7 @@ type codeFeed struct {
 
 	waiters ackWaiters
 	outbox  chan feedAck // acknowledgements to send
+	pubq    chan *pubReq // codes to announce, to publishLoop
 
 	// unsent are codes whose PUBLISH failed, published again once Redis
 	// answers, so that an instance whose feed stayed up hears of them.
@@ -105,6 +106,7 @@ func newCodeFeed(rdb *guardedRedis, prefix string, ackTimeout time.Duration, bf 
 		bad:     &sampledLog{log: log, every: 10 * time.Second},
 		waiters: ackWaiters{m: make(map[string]*ackWait)},
 		outbox:  make(chan feedAck, 4096),
+		pubq:    make(chan *pubReq, 4096),
 	}
 }
 
@@ -168,26 +170,90 @@ func (f *codeFeed) announce(ctx context.Context, code string) {
 	}
 }
 
-// publish announces code. It goes to Redis even while the breaker is
-// open: the breaker is shared with the cache, and under load three Redis
-// calls in a row past REDIS_TIMEOUT (slow GETs) open it for a second, in
-// which every create would go unannounced (in a sitting of
-// benchmarks/misses.sh, through the breaker: 6,322 creates in one round,
-// 5,722 in another), each a link the other instances would answer 404 for
-// until the republish or the sweep. A create can afford REDIS_TIMEOUT; it
-// already waits for acknowledgements. It reads the breaker's clock
-// instead of asking allow(), and still tells the breaker the outcome: an
-// answer closes it, a failure counts.
+// pubReq is one code waiting to be announced, and, once done is closed,
+// what PUBLISH answered for it: how many subscribers received it.
+type pubReq struct {
+	code string
+	n    int
+	err  error
+	done chan struct{}
+}
+
+// publish announces code, and returns how many instances received it.
+// Step 18: not a round trip of its own. It hands the code to publishLoop,
+// which sends every code waiting in one pipeline, as sendLoop does with
+// the acknowledgements: under 50 concurrent creates, one PUBLISH per
+// create was a sixth of the app's CPU (docs/18). It waits at most twice
+// REDIS_TIMEOUT: the batch before its own, then its own (a batch is the
+// whole queue, at most).
 func (f *codeFeed) publish(ctx context.Context, code string) (int, error) {
-	at := f.rdb.breaker.now()
-	pctx, cancel := context.WithTimeout(ctx, f.rdb.timeout)
-	defer cancel()
-	n, err := f.rdb.Publish(pctx, f.codes, code+" "+f.id).Result()
-	f.rdb.breaker.done(at, err)
-	if err != nil {
-		return 0, fmt.Errorf("code feed: publish %s: %w", code, err)
+	r := &pubReq{code: code, done: make(chan struct{})}
+	t := time.NewTimer(2 * f.rdb.timeout)
+	defer t.Stop()
+	select {
+	case f.pubq <- r:
+	case <-t.C:
+		return 0, fmt.Errorf("code feed: publish %s: queue full for %v", code, 2*f.rdb.timeout)
+	case <-ctx.Done():
+		return 0, fmt.Errorf("code feed: publish %s: %w", code, ctx.Err())
 	}
-	return int(n), nil
+	select {
+	case <-r.done:
+		return r.n, r.err
+	case <-t.C:
+		// publishLoop may still send it: a second announcement of a
+		// code only adds it again.
+		return 0, fmt.Errorf("code feed: publish %s: no answer within %v", code, 2*f.rdb.timeout)
+	case <-ctx.Done():
+		return 0, fmt.Errorf("code feed: publish %s: %w", code, ctx.Err())
+	}
+}
+
+// publishLoop publishes the codes handed to publish, as many as are
+// waiting (the whole queue, at most) in one pipeline, until ctx ends.
+//
+// It goes to Redis even while the breaker is open: the breaker is shared
+// with the cache, and under load three Redis calls in a row past
+// REDIS_TIMEOUT (slow GETs) open it for a second, in which every create
+// would go unannounced (in a sitting of benchmarks/misses.sh, through the
+// breaker: 6,322 creates in one round, 5,722 in another), each a link the
+// other instances would answer 404 for until the republish or the sweep.
+// A create can afford REDIS_TIMEOUT; it already waits for
+// acknowledgements. It reads the breaker's clock instead of asking
+// allow(), and still tells the breaker the outcome: an answer closes it,
+// a failure counts.
+func (f *codeFeed) publishLoop(ctx context.Context) {
+	batch := make([]*pubReq, 0, cap(f.pubq))
+	cmds := make([]*redis.IntCmd, 0, cap(f.pubq))
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case r := <-f.pubq:
+			batch = collect(batch[:0], f.pubq, r, cap(batch))
+		}
+		at := f.rdb.breaker.now()
+		// Not ctx: it ends at shutdown, after the last create.
+		pctx, cancel := context.WithTimeout(context.Background(), f.rdb.timeout)
+		cmds = cmds[:0]
+		_, err := f.rdb.Pipelined(pctx, func(p redis.Pipeliner) error {
+			for _, r := range batch {
+				cmds = append(cmds, p.Publish(pctx, f.codes, r.code+" "+f.id))
+			}
+			return nil
+		})
+		cancel()
+		f.rdb.breaker.done(at, err)
+		for i, r := range batch {
+			if err := cmds[i].Err(); err != nil {
+				r.err = fmt.Errorf("code feed: publish %s: %w", r.code, err)
+			} else {
+				r.n = int(cmds[i].Val())
+			}
+			close(r.done)
+			batch[i], cmds[i] = nil, nil
+		}
+	}
 }
 
 func (f *codeFeed) keepUnsent(code string) {
@@ -210,6 +276,7 @@ func (f *codeFeed) run(ctx context.Context) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	wg.Go(func() { f.sendLoop(ctx) })
+	wg.Go(func() { f.publishLoop(ctx) })
 	wait := feedRetryMin
 	for {
 		healthy, err := f.session(ctx)

@@ -29,8 +29,11 @@ func TestParseAnnouncement(t *testing.T) {
 		{"abcDEF1 short", false},
 		{"abcDEF1 " + strings.ToLower(id), false},
 		{"abcDEF1 " + id[:25] + "1", false}, // 1 is not base32
-		{"abc-EF1 " + id, false},
-		{"abcDEF12 " + id, false},
+		// An alias (step 18) is announced as a code is.
+		{"Q3-report " + id, true},
+		{"-abcEF1 " + id, false},
+		{"abc " + id, false},
+		{strings.Repeat("a", 33) + " " + id, false},
 		{"abcDEF1  " + id, false},
 		{id + " abcDEF1", false},
 		{"abcDEF1 " + id + " more", false},
@@ -38,7 +41,8 @@ func TestParseAnnouncement(t *testing.T) {
 		{strings.Repeat("x", 10_000), false},
 	} {
 		code, from, ok := parseAnnouncement(tt.payload)
-		if ok != tt.ok || (ok && (code != "abcDEF1" || from != id)) {
+		want, _, _ := strings.Cut(tt.payload, " ")
+		if ok != tt.ok || (ok && (code != want || from != id)) {
 			t.Errorf("parseAnnouncement(%q) = %q, %q, %v; want ok %v", clip(tt.payload), code, from, ok, tt.ok)
 		}
 	}
@@ -127,6 +131,46 @@ func TestFeedAnnounceWaitsForEveryInstance(t *testing.T) {
 	for j, f := range feeds {
 		if got := testutil.ToFloat64(f.tb.m.bloom.ackTimeouts); got != 0 {
 			t.Errorf("instance %d: %v ack timeouts, want 0", j, got)
+		}
+	}
+}
+
+// TestFeedAnnouncesConcurrently: creates at once on every instance share
+// the publishing pipeline (step 18), and each still returns only once
+// every instance has its code.
+func TestFeedAnnouncesConcurrently(t *testing.T) {
+	opts, prefix := testRedis(t)
+	rdb := openTestRedis(t, opts, testRedisTimeout, discardLog)
+	feeds := []*testFeed{
+		newTestFeed(t, rdb, prefix, 30*time.Second),
+		newTestFeed(t, rdb, prefix, 30*time.Second),
+		newTestFeed(t, rdb, prefix, 30*time.Second),
+	}
+	for _, f := range feeds {
+		waitTrusted(t, f.tb.bloomStore, true)
+	}
+	const n = 300
+	missing := make(chan string, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			code := newCode()
+			feeds[i%3].announce(context.Background(), code)
+			for j, f := range feeds {
+				if !f.has(code) {
+					missing <- fmt.Sprintf("create %d: instance %d lacks %s when the create returns", i, j, code)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(missing)
+	for m := range missing {
+		t.Error(m)
+	}
+	for j, f := range feeds {
+		if got := testutil.ToFloat64(f.tb.m.bloom.ackTimeouts) + testutil.ToFloat64(f.tb.m.bloom.publishFailures); got != 0 {
+			t.Errorf("instance %d: %v ack timeouts and publish failures, want 0", j, got)
 		}
 	}
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"strings"
 	"testing"
 )
@@ -40,19 +41,54 @@ func TestValidCode(t *testing.T) {
 		{"abcDEF1", true},
 		{"0000000", true},
 		{"zzzzzzz", true},
+		// Since step 18 an alias's shape is a code's too.
+		{"abcd", true},
+		{"abcdef", true},
+		{"abcdefgh", true},
+		{"abc-def", true},
+		{"abc_def", true},
+		{"a-_-b", true},
+		{strings.Repeat("a", 32), true},
 		{"", false},
-		{"abcdef", false},
-		{"abcdefgh", false},
-		{"abc-def", false},
-		{"abc_def", false},
+		{"abc", false},
+		{strings.Repeat("a", 33), false},
+		{"-abcdef", false},
+		{"abcdef_", false},
 		{"abc.def", false},
 		{"abcdéf", false},
 		{"abc def", false},
+		{"abc/def", false},
+		{"abc%2Fdef", false},
 		{strings.Repeat("a", 1000), false},
 	}
 	for _, tt := range tests {
 		if got := validCode(tt.in); got != tt.want {
 			t.Errorf("validCode(%q) = %v, want %v", tt.in, got, tt.want)
+		}
+	}
+}
+
+func TestCheckAlias(t *testing.T) {
+	for _, ok := range []string{"launch", "Q3-report", "my_link", "abcd", strings.Repeat("x", 32), "HealthzX", "apis"} {
+		if err := checkAlias(ok); err != nil {
+			t.Errorf("checkAlias(%q) = %v, want nil", ok, err)
+		}
+	}
+	for _, bad := range []string{"", "abc", strings.Repeat("x", 33), "-lead", "trail-", "sp ace", "dot.ted", "sl/ash",
+		"healthz", "HEALTHZ", "Shorten", "metrics", "admin", "Stats", "well-known", "favicon"} {
+		err := checkAlias(bad)
+		if !errors.Is(err, ErrBadRequest) {
+			t.Errorf("checkAlias(%q) = %v, want an ErrBadRequest", bad, err)
+		}
+	}
+}
+
+// TestReservedCoversRoutes: every one-segment path a route owns is a
+// reserved alias, so that no link can shadow it.
+func TestReservedCoversRoutes(t *testing.T) {
+	for _, p := range []string{"healthz", "shorten", "api", "metrics"} {
+		if !reserved(p) || !reserved(strings.ToUpper(p)) {
+			t.Errorf("%q is a route, and not reserved", p)
 		}
 	}
 }

@@ -142,9 +142,25 @@ type config struct {
 	// once the logger exists.
 	warnings []string
 
+	// codes is CODES (step 18): where new codes come from, "sequence"
+	// (blocks of a Postgres sequence through a keyed permutation, the
+	// default with Postgres) or "random" (the only one without).
+	codes string
+	// codeSrc is the source run made for codes: nil is randomCodes. Not
+	// a setting.
+	codeSrc codeSource
+
 	// now is the clock expiry is judged by (expires_at): nil is
 	// time.Now. Not a setting: tests set a clock they move by hand.
 	now func() time.Time
+}
+
+// codeSource is where handleShorten takes new codes from.
+func (c config) codeSource() codeSource {
+	if c.codeSrc != nil {
+		return c.codeSrc
+	}
+	return randomCodes{}
 }
 
 // clock is the clock links expire by.
@@ -300,6 +316,7 @@ func defaultConfig() config {
 		metricsAddr: defaultMetricsAddr,
 		logFormat:   "text",
 		createBatch: defaultCreateBatch,
+		codes:       "random", // "sequence" when DATABASE_URL is set
 		pool: poolConfig{
 			maxOpen:     defaultMaxOpenConns,
 			maxIdle:     defaultMaxIdleConns,
@@ -472,6 +489,14 @@ func loadConfig(getenv func(string) string) (config, error) {
 		}
 	}
 	cfg.bloom = env.oneOf("BLOOM", "on", "on", "off") == "on"
+	defCodes := "random"
+	if cfg.databaseURL != "" {
+		defCodes = "sequence"
+	}
+	cfg.codes = env.oneOf("CODES", defCodes, "sequence", "random")
+	if cfg.codes == "sequence" && cfg.databaseURL == "" {
+		env.fail("CODES", "sequence", "needs DATABASE_URL (it takes its numbers from a Postgres sequence); without it, CODES=random")
+	}
 	cfg.bloomFPRate = read(&env, "BLOOM_FP_RATE", cfg.bloomFPRate, "want a decimal fraction above 0 and below 0.5, like 0.01", parseFPRate)
 	cfg.bloomAckTimeout = env.durationIn("BLOOM_ACK_TIMEOUT", cfg.bloomAckTimeout, time.Millisecond, 10*time.Second)
 	// Under a second, each sweep would read back its margin (DB_TIMEOUT

@@ -28,6 +28,7 @@ func TestLoadConfig(t *testing.T) {
 		}, func() config {
 			c := defaultConfig()
 			c.addr, c.baseURL, c.baseHost, c.databaseURL = "127.0.0.1:9000", "https://Sho.RT", "sho.rt", "postgres://x"
+			c.codes = "sequence"
 			c.pool = poolConfig{16, 4, 90 * time.Second, 0, false, 2 * time.Second, false, 0}
 			c.clicks.syncTimeout = 2 * time.Second
 			c.redisTimeout, c.localCacheBytes = 20*time.Millisecond, 0
@@ -119,6 +120,7 @@ func TestLoadConfig(t *testing.T) {
 		{"clicks sync rows", map[string]string{"CLICKS": "sync", "CLICK_STORAGE": "rows", "DATABASE_URL": "postgres://x",
 			"CLICK_QUEUE_SIZE": "5", "CLICK_BATCH": "2", "CLICK_FLUSH": "250ms"}, func() config {
 			c := defaultConfig()
+			c.codes = "sequence"
 			c.databaseURL = "postgres://x"
 			c.clicks = clickConfig{mode: "sync", storage: "rows", queue: 5, batch: 2, every: 250 * time.Millisecond, syncTimeout: defaultDBTimeout}
 			return c

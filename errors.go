@@ -46,6 +46,9 @@ var (
 	ErrForbidden = errors.New("token does not match this link")
 	// ErrCodeTaken means a link with that code exists already.
 	ErrCodeTaken = errors.New("code already taken")
+	// ErrAliasTaken means a create asked for an alias that a link has,
+	// or had (a deleted link keeps its code): 409.
+	ErrAliasTaken = errors.New("alias taken")
 	// ErrOverloaded means the server has as many requests in flight as
 	// MAX_IN_FLIGHT allows, and refused this one rather than queue it.
 	ErrOverloaded = errors.New("server busy")
@@ -109,6 +112,8 @@ func errorStatus(err error) (status int, msg string, retryAfter time.Duration) {
 		return http.StatusUnauthorized, err.Error(), 0
 	case errors.Is(err, ErrForbidden):
 		return http.StatusForbidden, "forbidden: the token is not this link's, or the link was made without one and cannot be changed", 0
+	case errors.Is(err, ErrAliasTaken):
+		return http.StatusConflict, "alias taken: a link has this alias, or had it; choose another", 0
 	case errors.As(err, &limited):
 		return http.StatusTooManyRequests, "too many links created from your address; try again later", limited.retryAfter
 	case errors.Is(err, ErrOverloaded):

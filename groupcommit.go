@@ -25,10 +25,14 @@ FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[], $5::smallint[], 
 ON CONFLICT (code) DO NOTHING
 RETURNING code`
 
-// groupCommitWorkers is how many batches can be in flight at once: while
-// one waits for its commit (the WAL flush), the next is being gathered and
-// sent. Two keep Postgres busy; more only make smaller batches.
-const groupCommitWorkers = 2
+// groupCommitWorkers is how many batches can be in flight at once. Step 10
+// had two, so that one batch is gathered while the other commits; step 18
+// measured one against two, with the rate limit's workers likewise, and
+// one made more creates a second in each of five rounds (1.05 to 1.26
+// times, benchmarks/18-drafts/workers.txt): its batches are bigger, and a
+// batch costs about as much whatever its size. The creates that arrive
+// while it commits still wait together, for the next.
+const groupCommitWorkers = 1
 
 // groupCommit saves links in batches: the creates that arrive while a
 // batch is being written wait together, and go in the next one, as one
@@ -197,24 +201,27 @@ func (g *groupCommit) write(batch []*pendingSave) {
 	}
 }
 
-// insertAll runs the batch's INSERT in a transaction of its own and
-// returns the codes inserted once the commit has returned. bounded keeps
-// a Postgres that stopped answering from holding the worker past ctx.
+// insertAll runs the batch's INSERT and returns the codes inserted once
+// it has committed. bounded keeps a Postgres that stopped answering from
+// holding the worker past ctx.
+//
+// Step 18: the INSERT is its own transaction. A statement sent outside
+// BEGIN is committed by Postgres before it says it is ready for the
+// next (with synchronous_commit on, after the WAL flush), and lib/pq
+// reads up to that point before rows.Close returns: the same guarantee
+// as BEGIN, INSERT, COMMIT, in one round trip instead of three (with
+// DB_PREPARE; without, lib/pq prepares it first, a second one).
 func (g *groupCommit) insertAll(ctx context.Context, cols batchColumns) (map[string]bool, error) {
 	inserted := make(map[string]bool, len(cols.codes))
 	args := []any{pq.Array(cols.codes), pq.Array(cols.urls), pq.Array(cols.expires),
 		pq.Array(cols.maxClicks), pq.Array(cols.redirects), pq.Array(cols.tokens)}
 	err := bounded(ctx, func() error {
-		tx, err := g.db.BeginTx(ctx, nil)
-		if err != nil {
-			return fmt.Errorf("begin: %w", err)
-		}
-		defer tx.Rollback() //nolint:errcheck // after Commit, Rollback is a no-op that returns ErrTxDone
 		var rows *sql.Rows
+		var err error
 		if g.insert != nil {
-			rows, err = tx.StmtContext(ctx, g.insert).QueryContext(ctx, args...)
+			rows, err = g.insert.QueryContext(ctx, args...)
 		} else {
-			rows, err = tx.QueryContext(ctx, insertBatchSQL, args...)
+			rows, err = g.db.QueryContext(ctx, insertBatchSQL, args...)
 		}
 		if err != nil {
 			return fmt.Errorf("insert: %w", err)
@@ -227,14 +234,13 @@ func (g *groupCommit) insertAll(ctx context.Context, cols batchColumns) (map[str
 			}
 			inserted[code] = true
 		}
+		// Close reads to the end; a commit that fails comes after the
+		// rows, and is an error from Close or Err.
 		if err := rows.Close(); err != nil {
 			return fmt.Errorf("insert: %w", err)
 		}
 		if err := rows.Err(); err != nil {
 			return fmt.Errorf("insert: %w", err)
-		}
-		if err := tx.Commit(); err != nil {
-			return fmt.Errorf("commit: %w", err)
 		}
 		return nil
 	})

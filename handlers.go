@@ -55,6 +55,7 @@ func handleShorten(store Store, cfg config, log *slog.Logger) http.Handler {
 		ExpiresAt jsonField `json:"expires_at"` // RFC 3339; absent or null: never
 		MaxClicks jsonField `json:"max_clicks"` // absent or null: no limit
 		Redirect  jsonField `json:"redirect"`   // absent: 302
+		Alias     *string   `json:"alias"`      // absent or null: a generated code
 	}
 	type response struct {
 		Code      string     `json:"code"`
@@ -112,9 +113,23 @@ func handleShorten(store Store, cfg config, log *slog.Logger) http.Handler {
 				return
 			}
 		}
+		if req.Alias != nil {
+			if err := checkAlias(*req.Alias); err != nil {
+				writeError(w, r, log, err)
+				return
+			}
+		}
 		token, hash := newToken()
 		link.TokenHash = hash
-		code, err := saveWithNewCode(r.Context(), store, link)
+		var code string
+		if req.Alias != nil {
+			code = *req.Alias
+			if err = store.Save(r.Context(), code, link); errors.Is(err, ErrCodeTaken) {
+				err = ErrAliasTaken
+			}
+		} else {
+			code, err = saveWithNewCode(r.Context(), store, cfg.codeSource(), link)
+		}
 		if err != nil {
 			writeError(w, r, log, err)
 			return
@@ -154,15 +169,18 @@ func checkTarget(cfg config, r *http.Request, raw string) (string, error) {
 	return u.String(), nil
 }
 
-// saveWithNewCode stores link under a fresh random code, drawing again if
-// the code is taken.
-func saveWithNewCode(ctx context.Context, store Store, link NewLink) (string, error) {
+// saveWithNewCode stores link under a fresh code from codes, drawing
+// again if the code is taken.
+func saveWithNewCode(ctx context.Context, store Store, codes codeSource, link NewLink) (string, error) {
 	for range maxCodeAttempts {
-		code := newCode()
-		if reservedCodes[code] {
+		code, err := codes.next(ctx)
+		if err != nil {
+			return "", err
+		}
+		if reserved(code) {
 			continue
 		}
-		err := store.Save(ctx, code, link)
+		err = store.Save(ctx, code, link)
 		if errors.Is(err, ErrCodeTaken) {
 			continue
 		}

@@ -454,3 +454,73 @@ func TestShortenWithoutHost(t *testing.T) {
 		t.Errorf("HTTP/1.0 without Host: %d %s %q; want a 400 JSON error naming Host", res.StatusCode, res.Header.Get("Content-Type"), got)
 	}
 }
+
+// TestShortenAlias: a link can be named (step 18): its alias is its code;
+// an alias taken, even by a deleted link, is 409 and changes nothing; a
+// bad or reserved one is 400.
+func TestShortenAlias(t *testing.T) {
+	forEachStore(t, testShortenAlias)
+}
+
+func testShortenAlias(t *testing.T, store Store) {
+	h := newServer(store, noClicks{}, nil, nil, nil, config{}, discardLog).Handler
+	create := func(body string) (*httptest.ResponseRecorder, string, string) {
+		rec := do(t, h, "POST", "http://example.com/shorten", body)
+		var got struct{ Code, Token string }
+		if rec.Code == http.StatusCreated {
+			if err := json.Unmarshal(rec.Body.Bytes(), &got); err != nil {
+				t.Fatalf("decode %q: %v", rec.Body, err)
+			}
+		}
+		return rec, got.Code, got.Token
+	}
+	rec, code, token := create(`{"url":"https://go.dev/a","alias":"Go-Launch_2"}`)
+	if rec.Code != http.StatusCreated || code != "Go-Launch_2" {
+		t.Fatalf("create with alias: %d %q, want 201 and code Go-Launch_2", rec.Code, rec.Body)
+	}
+	if rec := do(t, h, "GET", "/Go-Launch_2", ""); rec.Code != http.StatusFound || rec.Header().Get("Location") != "https://go.dev/a" {
+		t.Fatalf("GET /Go-Launch_2: %d %q", rec.Code, rec.Header().Get("Location"))
+	}
+	if rec := do(t, h, "GET", "/go-launch_2", ""); rec.Code != http.StatusNotFound {
+		t.Errorf("GET /go-launch_2 (another case) = %d, want 404: aliases are case-sensitive", rec.Code)
+	}
+	n := countLinks(t, store)
+	rec, _, _ = create(`{"url":"https://go.dev/b","alias":"Go-Launch_2"}`)
+	if rec.Code != http.StatusConflict || !strings.Contains(jsonError(t, rec), "alias taken") {
+		t.Fatalf("second create with the alias: %d %q, want 409 alias taken", rec.Code, rec.Body)
+	}
+	if rec := do(t, h, "GET", "/Go-Launch_2", ""); rec.Header().Get("Location") != "https://go.dev/a" {
+		t.Errorf("after the 409 the alias leads to %q, want the first URL", rec.Header().Get("Location"))
+	}
+	req := httptest.NewRequest("DELETE", "/api/links/Go-Launch_2", nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	del := httptest.NewRecorder()
+	h.ServeHTTP(del, req)
+	if del.Code != http.StatusNoContent {
+		t.Fatalf("DELETE: %d %q", del.Code, del.Body)
+	}
+	if rec, _, _ := create(`{"url":"https://go.dev/c","alias":"Go-Launch_2"}`); rec.Code != http.StatusConflict {
+		t.Errorf("create with a deleted link's alias: %d, want 409 (a printed old link must never lead somewhere new)", rec.Code)
+	}
+	for _, body := range []string{
+		`{"url":"https://go.dev/","alias":""}`,
+		`{"url":"https://go.dev/","alias":"abc"}`,
+		`{"url":"https://go.dev/","alias":"has space"}`,
+		`{"url":"https://go.dev/","alias":"-lead"}`,
+		`{"url":"https://go.dev/","alias":"HealthZ"}`,
+		`{"url":"https://go.dev/","alias":"api"}`,
+		`{"url":"https://go.dev/","alias":"` + strings.Repeat("a", 33) + `"}`,
+		`{"url":"https://go.dev/","alias":7}`,
+		`{"url":"ftp://go.dev/","alias":"fine-alias"}`,
+	} {
+		if rec, _, _ := create(body); rec.Code != http.StatusBadRequest {
+			t.Errorf("%s: %d %q, want 400", body, rec.Code, rec.Body)
+		}
+	}
+	if got := countLinks(t, store); got != n {
+		t.Errorf("links = %d after refused creates, want %d", got, n)
+	}
+	if rec, code, _ := create(`{"url":"https://go.dev/d","alias":null}`); rec.Code != http.StatusCreated || len(code) != codeLength {
+		t.Errorf("alias null: %d, code %q; want 201 and a generated code", rec.Code, code)
+	}
+}

@@ -135,10 +135,11 @@ type reserveResult struct {
 }
 
 // limiterBatch bounds the keys sent to Redis in one script call, and
-// limiterWorkers is how many calls can be in flight at once.
+// limiterWorkers is how many calls can be in flight at once: one since
+// step 18, as for the group commit (groupCommitWorkers).
 const (
 	limiterBatch   = 64
-	limiterWorkers = 2
+	limiterWorkers = 1
 )
 
 // rateKeyPrefix namespaces the rate limit's keys in Redis.

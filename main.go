@@ -34,7 +34,13 @@ const shutdownTimeout = 15 * time.Second
 
 func main() {
 	ctx := context.Background()
-	if err := run(ctx, os.Args, os.Getenv, os.Stdout, os.Stderr); err != nil {
+	var err error
+	if len(os.Args) > 1 && os.Args[1] == "import" { // step 18: bulk import (import.go)
+		err = runImport(ctx, os.Args[2:], os.Getenv, os.Stdin, os.Stdout, os.Stderr)
+	} else {
+		err = run(ctx, os.Args, os.Getenv, os.Stdout, os.Stderr)
+	}
+	if err != nil {
 		fmt.Fprintf(os.Stderr, "shortener: %v\n", err)
 		os.Exit(1)
 	}
@@ -106,7 +112,16 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	if pg, ok := base.(*pgStore); ok {
 		m.watchDB(pg.db)
+		if cfg.codes == "sequence" {
+			kctx, cancel := context.WithTimeout(ctx, migrateTimeout)
+			cfg.codeSrc, err = newSequenceCodes(kctx, pg.db, cfg.pool.timeout)
+			cancel()
+			if err != nil {
+				return err
+			}
+		}
 	}
+	log.Info("codes", "source", cfg.codes)
 	var rdb *guardedRedis
 	var cache *cachedStore
 	if cfg.redis != nil {

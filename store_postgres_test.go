@@ -244,7 +244,7 @@ func TestSeed(t *testing.T) {
 		if err := rows.Scan(&code); err != nil {
 			t.Fatal(err)
 		}
-		if !validCode(code) || reservedCodes[code] {
+		if !validCode(code) || reserved(code) || len(code) != codeLength {
 			t.Errorf("seeded code %q is not one the app could hand out", code)
 		}
 	}

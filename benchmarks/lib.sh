@@ -159,3 +159,15 @@ seeded_db() {
 	psql "$dburl" -q -v rows="$2" -f "$_root/sql/seed.sql" >/dev/null
 	code=$(psql "$dburl" -Atc "select code from links where url = 'https://example.com/seed/$(($2 / 2))'")
 }
+
+# medians: copies a table of rounds (a round number, then numbers) from
+# standard input, then adds a line "median" and a line "min-max" for each
+# column but the first. (Some sittings keep their own, with other columns.)
+medians() {
+	awk 'function med(x, n,    i, j, t, b) { for (i = 1; i <= n; i++) b[i] = x[i]; for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (b[j] < b[i]) { t = b[i]; b[i] = b[j]; b[j] = t } return n % 2 ? b[(n + 1) / 2] : (b[n / 2] + b[n / 2 + 1]) / 2 }
+	{ print; n++; for (c = 2; c <= NF; c++) { v[c, n] = $c + 0; if (n == 1 || $c + 0 < lo[c]) lo[c] = $c + 0; if (n == 1 || $c + 0 > hi[c]) hi[c] = $c + 0 }; nf = NF }
+	END {
+		printf "median"; for (c = 2; c <= nf; c++) { for (i = 1; i <= n; i++) x[i] = v[c, i]; printf " %s", med(x, n) }; printf "\n"
+		printf "min-max"; for (c = 2; c <= nf; c++) printf " %s-%s", lo[c], hi[c]; printf "\n"
+	}'
+}

@@ -84,14 +84,6 @@ bad() {
 	awk '/Non-2xx or 3xx/ {x += $NF} /Socket errors/ {gsub(",", ""); n += $4 + $6 + $8 + $10}
 		/^zipf.lua: responses not 302:/ {z = $5; lua = 1} END {print n + (lua ? z : x)}' "$1"
 }
-medians() {
-	awk 'function med(x, n,    i, j, t, b) { for (i = 1; i <= n; i++) b[i] = x[i]; for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (b[j] < b[i]) { t = b[i]; b[i] = b[j]; b[j] = t } return n % 2 ? b[(n + 1) / 2] : (b[n / 2] + b[n / 2 + 1]) / 2 }
-	{ print; n++; for (c = 2; c <= NF; c++) { v[c, n] = $c + 0; if (n == 1 || $c + 0 < lo[c]) lo[c] = $c + 0; if (n == 1 || $c + 0 > hi[c]) hi[c] = $c + 0 }; nf = NF }
-	END {
-		printf "median"; for (c = 2; c <= nf; c++) { for (i = 1; i <= n; i++) x[i] = v[c, i]; printf " %s", med(x, n) }; printf "\n"
-		printf "min-max"; for (c = 2; c <= nf; c++) printf " %s-%s", lo[c], hi[c]; printf "\n"
-	}'
-}
 header() { # header TITLE PART
 	echo "# $1"
 	echo "# made by:   benchmarks/stats.sh ${args:-(no flags)} (part $2): -n $rounds -d $dur -l $links -c $clicks -R $rate; code id $codeid, commit $commit, date $(date -u '+%Y-%m-%dT%H:%M:%SZ')"

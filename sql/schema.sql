@@ -97,3 +97,13 @@ CREATE TABLE IF NOT EXISTS stats_keys (
     day date  PRIMARY KEY,
     key bytea NOT NULL
 );
+-- Step 18: codes unique by construction (CODES=sequence). Each instance
+-- takes a block of 1,000 numbers from this sequence at a time (one
+-- nextval is block n: numbers 1000n to 1000n+999), and turns each number
+-- into a code through a keyed permutation; the key, 16 random bytes, is
+-- made by the first instance to start and read by all (codes.go).
+CREATE SEQUENCE IF NOT EXISTS link_code_blocks;
+CREATE TABLE IF NOT EXISTS code_keys (
+    id  integer PRIMARY KEY CHECK (id = 1),
+    key bytea   NOT NULL CHECK (length(key) = 16)
+);
