@@ -115,7 +115,7 @@ func errorStatus(err error) (status int, msg string, retryAfter time.Duration) {
 	case errors.Is(err, ErrAliasTaken):
 		return http.StatusConflict, "alias taken: a link has this alias, or had it; choose another", 0
 	case errors.As(err, &limited):
-		return http.StatusTooManyRequests, "too many links created from your address; try again later", limited.retryAfter
+		return http.StatusTooManyRequests, "too many requests from your address (creates, edits and stats reads share one allowance); try again later", limited.retryAfter
 	case errors.Is(err, ErrOverloaded):
 		return http.StatusServiceUnavailable, "server busy, try again", unavailableRetry
 	case errors.Is(err, errGroupCommitClosed):

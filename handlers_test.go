@@ -165,13 +165,13 @@ func testRouting(t *testing.T, store Store) {
 		allow        string
 	}{
 		{"GET", "/healthz", 200, ""},
-		{"GET", "/abcdefg", 404, ""},  // valid code, no link
-		{"GET", "/abc", 404, ""},      // cannot be a code
-		{"GET", "/abcdefgh", 404, ""}, // too long
-		{"GET", "/abc-efg", 404, ""},  // not base62
-		{"GET", "/a/b", 404, ""},      // no route
-		{"GET", "/", 404, ""},         // no route
-		{"GET", "/shorten/", 404, ""}, // no route
+		{"GET", "/abcdefg", 404, ""},    // valid code, no link
+		{"GET", "/abc", 404, ""},        // cannot be a code
+		{"GET", "/abcdefgh", 404, ""},   // too long
+		{"GET", "/abc-efg", 404, ""},    // not base62
+		{"GET", "/a/b", 404, ""},        // no route
+		{"POST", "/", 405, "GET, HEAD"}, // the page (step 19) takes GET alone
+		{"GET", "/shorten/", 404, ""},   // no route
 		{"HEAD", "/healthz", 200, ""},
 		{"DELETE", "/abcdefg", 405, "GET, HEAD"},
 		// /shorten is never taken for a code, and takes POST alone.

@@ -56,6 +56,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err != nil {
 		return err
 	}
+	if embeddedSiteErr != nil {
+		return fmt.Errorf("the page's files: %w", embeddedSiteErr)
+	}
 	log := newLogger(cfg.logFormat, stderr)
 	for _, w := range cfg.warnings {
 		log.Warn(w)

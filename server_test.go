@@ -22,6 +22,37 @@ func TestIdleConnsBounded(t *testing.T) {
 	cfg := defaultConfig()
 	cfg.idleConnsMax = n
 	srv := newServer(newMemoryStore(), noClicks{}, nil, nil, nil, cfg, discardLog)
+	// The server changes a connection's state in its own goroutine, a
+	// moment after the client has its answer: a client that went on at
+	// once could open its next connection before the last one was idle
+	// (counted as open, or closed, late), and which connections are
+	// closed would depend on the scheduler. So the test watches the
+	// limit's hook, and opens the next connection only once the server
+	// is done with the last.
+	type event struct {
+		addr  string
+		state http.ConnState
+	}
+	events := make(chan event, 256)
+	limit := srv.ConnState
+	srv.ConnState = func(c net.Conn, state http.ConnState) {
+		limit(c, state)
+		events <- event{c.RemoteAddr().String(), state}
+	}
+	waitState := func(c net.Conn, want http.ConnState) {
+		t.Helper()
+		deadline := time.After(30 * time.Second)
+		for {
+			select {
+			case e := <-events:
+				if e.addr == c.LocalAddr().String() && e.state == want {
+					return
+				}
+			case <-deadline:
+				t.Fatalf("connection from %s: the server did not make it %v within 30 s", c.LocalAddr(), want)
+			}
+		}
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -70,6 +101,10 @@ func TestIdleConnsBounded(t *testing.T) {
 		conns[i], readers[i] = c, bufio.NewReader(c)
 		if err := get(c, readers[i]); err != nil {
 			t.Fatalf("connection %d: %v", i, err)
+		}
+		waitState(c, http.StateIdle)
+		if i >= n { // over the limit: closed, and counted closed
+			waitState(c, http.StateClosed)
 		}
 	}
 	// Each connection now waits for the server: a close shows as EOF at
