@@ -82,8 +82,15 @@ type config struct {
 	stats  statsConfig // STATS, STATS_TOP, STATS_HOURS_KEEP, STATS_DAYS_KEEP
 
 	// redis is REDIS_URL, parsed; nil means no cache.
-	redis        *redis.Options
-	redisTimeout time.Duration // REDIS_TIMEOUT: each Redis call's deadline
+	redis *redis.Options
+	// redisSentinels is REDIS_SENTINELS: the host:port of each Redis
+	// Sentinel to ask where the master named redisMaster (REDIS_MASTER) is.
+	// Set, the client follows the master through failovers, and REDIS_URL
+	// gives only the rest (database, user, password, TLS, the pool's
+	// size); its address is not used.
+	redisSentinels []string
+	redisMaster    string
+	redisTimeout   time.Duration // REDIS_TIMEOUT: each Redis call's deadline
 	// redisPrefix is REDIS_KEY_PREFIX, put before every key the service
 	// writes, for a Redis shared with other programs, other deployments
 	// (which would otherwise serve each other's links) or other tests.
@@ -488,6 +495,20 @@ func loadConfig(getenv func(string) string) (config, error) {
 			cfg.redis = opts
 		}
 	}
+	cfg.redisSentinels = read(&env, "REDIS_SENTINELS", nil, "want a comma-separated list of up to 16 host:port, like 10.0.0.1:26379,10.0.0.2:26379", parseHostPorts)
+	cfg.redisMaster = read(&env, "REDIS_MASTER", "", "want the master's name as the Sentinels know it: 1 to 64 letters, digits, '.', '_' or '-'", parseMasterName)
+	// Each needs the other; a value that was given but refused above is
+	// reported once, there.
+	switch {
+	case getenv("REDIS_SENTINELS") != "" && getenv("REDIS_MASTER") == "":
+		env.fail("REDIS_MASTER", "", "REDIS_SENTINELS needs the name of the master they watch")
+	case getenv("REDIS_SENTINELS") == "" && getenv("REDIS_MASTER") != "":
+		env.fail("REDIS_SENTINELS", "", "REDIS_MASTER needs the Sentinels to ask")
+	case len(cfg.redisSentinels) > 0 && cfg.redis == nil && getenv("REDIS_URL") == "":
+		// The Sentinels say where the master is; the rest is go-redis's
+		// defaults, as for a REDIS_URL of redis:///0.
+		cfg.redis = &redis.Options{}
+	}
 	cfg.bloom = env.oneOf("BLOOM", "on", "on", "off") == "on"
 	defCodes := "random"
 	if cfg.databaseURL != "" {
@@ -848,4 +869,39 @@ func localCacheDefault(mem memoryFigure, known bool) (int64, string) {
 		how += fmt.Sprintf(", kept within %d to %d bytes", minDefaultLocalCacheBytes, maxDefaultLocalCacheBytes)
 	}
 	return n, how
+}
+
+// parseHostPorts reads a comma-separated list of host:port, at most 16,
+// each port a number from 1 to 65535.
+func parseHostPorts(raw string) ([]string, bool) {
+	parts := strings.Split(raw, ",")
+	if len(parts) > 16 {
+		return nil, false
+	}
+	out := make([]string, 0, len(parts))
+	for _, p := range parts {
+		p = strings.TrimSpace(p)
+		host, port, err := net.SplitHostPort(p)
+		if err != nil || host == "" {
+			return nil, false
+		}
+		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+			return nil, false
+		}
+		out = append(out, p)
+	}
+	return out, true
+}
+
+// parseMasterName reads the name a Sentinel knows a master by.
+func parseMasterName(raw string) (string, bool) {
+	if len(raw) > 64 {
+		return "", false
+	}
+	for _, r := range raw {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-') {
+			return "", false
+		}
+	}
+	return raw, true
 }

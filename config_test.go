@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 func TestLoadConfig(t *testing.T) {
@@ -197,6 +199,26 @@ func TestLoadConfig(t *testing.T) {
 		{"bloom sweep no unit", map[string]string{"BLOOM_SWEEP": "10"}, config{}, true},
 		{"bloom sweep under a second", map[string]string{"BLOOM_SWEEP": "500ms"}, config{}, true},
 		{"bloom sweep two hours", map[string]string{"BLOOM_SWEEP": "2h"}, config{}, true},
+		{"sentinels", map[string]string{"REDIS_SENTINELS": "10.0.0.1:26379, [::1]:26380", "REDIS_MASTER": "shortener"}, func() config {
+			c := defaultConfig()
+			c.redis, c.redisSentinels, c.redisMaster = &redis.Options{}, []string{"10.0.0.1:26379", "[::1]:26380"}, "shortener"
+			return c
+		}(), false},
+		{"sentinels and redis url", map[string]string{"REDIS_SENTINELS": "h:26379", "REDIS_MASTER": "m", "REDIS_URL": "redis://:pw@ignored:1/2"}, func() config {
+			c := defaultConfig()
+			o, err := redis.ParseURL("redis://:pw@ignored:1/2")
+			if err != nil {
+				panic(err) // a constant URL: a bug in this table
+			}
+			c.redis, c.redisSentinels, c.redisMaster = o, []string{"h:26379"}, "m"
+			return c
+		}(), false},
+		{"sentinels without master", map[string]string{"REDIS_SENTINELS": "h:26379"}, config{}, true},
+		{"master without sentinels", map[string]string{"REDIS_MASTER": "m"}, config{}, true},
+		{"sentinel without port", map[string]string{"REDIS_SENTINELS": "h", "REDIS_MASTER": "m"}, config{}, true},
+		{"sentinel port zero", map[string]string{"REDIS_SENTINELS": "h:0", "REDIS_MASTER": "m"}, config{}, true},
+		{"sentinel empty in list", map[string]string{"REDIS_SENTINELS": "h:1,,h:2", "REDIS_MASTER": "m"}, config{}, true},
+		{"master with a space", map[string]string{"REDIS_SENTINELS": "h:1", "REDIS_MASTER": "my master"}, config{}, true},
 		{"bloom sweep negative", map[string]string{"BLOOM_SWEEP": "-10s"}, config{}, true},
 		{"bloom sweep words", map[string]string{"BLOOM_SWEEP": "often"}, config{}, true},
 		{"stats off", map[string]string{"STATS": "off"}, func() config { c := defaultConfig(); c.stats.on = false; return c }(), false},

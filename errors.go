@@ -81,6 +81,10 @@ const unavailableRetry = time.Second
 // by every handler (the log it writes to is the caller's).
 var backendSlowLog = &sampledLog{every: 10 * time.Second}
 
+// backendDownLog samples the log lines for requests answered 503 because
+// Postgres could not be reached (pgUnreachable).
+var backendDownLog = &sampledLog{every: 10 * time.Second}
+
 // errorStatus maps an error to the status code and message a client sees,
 // and, for 429 and 503, how long it should wait before trying again. Only
 // errors that describe the client's own input keep their text; anything
@@ -130,6 +134,12 @@ func errorStatus(err error) (status int, msg string, retryAfter time.Duration) {
 		// The client went away; nobody reads this answer, and it is not
 		// a server error worth a log line.
 		return http.StatusServiceUnavailable, "request cancelled", 0
+	case pgUnreachable(err):
+		// Postgres could not be reached, or is no primary now: during a
+		// failover, HAProxy takes the connection and closes it (EOF)
+		// until a standby is promoted. The same request will work in a
+		// few seconds; it is not a bug in this program.
+		return http.StatusServiceUnavailable, "temporarily unavailable, try again", unavailableRetry
 	default:
 		return http.StatusInternalServerError, "internal error", 0
 	}
@@ -163,6 +173,10 @@ func writeError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err er
 		// A backend was too slow: the operator needs to know which, but
 		// under an outage this is one line per request, so it is sampled.
 		backendSlowLog.warnTo(r.Context(), log, "backend deadline exceeded", err)
+	case status == http.StatusServiceUnavailable && pgUnreachable(err):
+		// Postgres out of reach (a failover, or a wrong address): sampled
+		// the same way, so that a 503 that never ends still shows.
+		backendDownLog.warnTo(r.Context(), log, "postgres unreachable", err)
 	case errors.Is(err, ErrBodyTimeout), errors.Is(err, ErrBodyRead):
 		// The client's fault, or the network's, but its detail (which
 		// addresses, which deadline) is only in err, and only here.

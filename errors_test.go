@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/lib/pq"
 )
 
 // TestErrorStatusHidesInternalText feeds errorStatus errors whose text must
@@ -35,6 +37,16 @@ func TestErrorStatusHidesInternalText(t *testing.T) {
 		{"decoder error that is not about the JSON", decodeError(errors.New("json: cannot decode into " + secret)), http.StatusInternalServerError},
 		{"store failure", fmt.Errorf("store: save: dial tcp %s: connection refused", secret), http.StatusInternalServerError},
 		{"store timeout", fmt.Errorf("store: get %s: %w", secret, context.DeadlineExceeded), http.StatusServiceUnavailable},
+		// Postgres out of reach (a failover): 503, to be tried again.
+		{"store connection closed by a proxy with no server", fmt.Errorf("store: save %q: batch of 1: insert: %w", secret, io.EOF), http.StatusServiceUnavailable},
+		{"store connection refused", fmt.Errorf("codes: take a block: %w", netErr(syscall.ECONNREFUSED)), http.StatusServiceUnavailable},
+		{"store is a standby now", fmt.Errorf("store: save: %w", &pq.Error{Code: "25006", Message: "cannot execute INSERT in a read-only transaction " + secret}), http.StatusServiceUnavailable},
+		{"store shutting down", fmt.Errorf("store: save: %w", &pq.Error{Code: "57P01", Message: secret}), http.StatusServiceUnavailable},
+		{"store connection failure", fmt.Errorf("store: save: %w", &pq.Error{Code: "08006", Message: secret}), http.StatusServiceUnavailable},
+		// Postgres said no: a bug or bad data, not an outage.
+		{"store refused the statement", fmt.Errorf("store: save: %w", &pq.Error{Code: "23505", Message: secret}), http.StatusInternalServerError},
+		{"store syntax error", fmt.Errorf("store: save: %w", &pq.Error{Code: "42601", Message: secret}), http.StatusInternalServerError},
+		{"store protocol violation (a bug, though of class 08)", fmt.Errorf("store: save: %w", &pq.Error{Code: "08P01", Message: secret}), http.StatusInternalServerError},
 	}
 	for _, tt := range tests {
 		status, msg, _ := errorStatus(tt.err)

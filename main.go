@@ -128,7 +128,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	var rdb *guardedRedis
 	var cache *cachedStore
 	if cfg.redis != nil {
-		rdb = openRedis(ctx, cfg.redis, cfg.redisTimeout, log)
+		rdb = openRedis(ctx, cfg.redis, sentinels{cfg.redisMaster, cfg.redisSentinels}, cfg.redisTimeout, log)
 		defer func() {
 			if err := rdb.Close(); err != nil {
 				log.Error("close redis", "err", err)
@@ -140,7 +140,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		cache.channel = cfg.redisPrefix + invalidationChannel
 		cache.inval = m.invalidationCounts()
 		store = cache
-		log.Info("cache enabled", "redis", cfg.redis.Addr, "ttl", cfg.cacheTTL, "timeout", cfg.redisTimeout)
+		if cfg.redisMaster != "" {
+			log.Info("cache enabled", "redis_master", cfg.redisMaster, "sentinels", cfg.redisSentinels, "ttl", cfg.cacheTTL, "timeout", cfg.redisTimeout)
+		} else {
+			log.Info("cache enabled", "redis", cfg.redis.Addr, "ttl", cfg.cacheTTL, "timeout", cfg.redisTimeout)
+		}
 	}
 	// The negative cache, the flight, the Bloom filter, and the feed of
 	// creates that keeps the last two right across instances: with

@@ -375,6 +375,50 @@ func TestRunWithRedisDown(t *testing.T) {
 	redirectTo(t, base, code, "https://go.dev/nocache")
 }
 
+// TestRunCreateWhilePostgresUnreachable puts a proxy between the program
+// and Postgres that, once told to refuse, takes each connection and closes
+// it, as HAProxy does while a failover leaves it no primary to send to. A
+// create then gets 503 with Retry-After and a JSON error (the client may
+// try again), not 500; and once Postgres is back, creates work again with
+// no restart.
+func TestRunCreateWhilePostgresUnreachable(t *testing.T) {
+	dsn := testDatabase(t)
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := startProxy(t, u.Host)
+	u.Host = proxy.addr()
+	base, _, _ := startRun(t, map[string]string{"ADDR": "127.0.0.1:0", "DATABASE_URL": u.String()})
+	shorten(t, base, "https://go.dev/before")
+
+	create := func() (int, string, string) {
+		t.Helper()
+		resp, err := http.Post(base+"/shorten", "application/json", strings.NewReader(`{"url":"https://go.dev/during"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.StatusCode, resp.Header.Get("Retry-After"), string(body)
+	}
+	proxy.refuse()
+	for range 3 { // a pooled connection, then new ones: each is refused
+		status, retry, body := create()
+		if status != http.StatusServiceUnavailable || retry != "1" || !strings.Contains(body, `"error":"temporarily unavailable, try again"`) {
+			t.Fatalf("create with Postgres unreachable: %d, Retry-After %q, body %s; want 503, 1, a JSON error", status, retry, body)
+		}
+	}
+	proxy.restore()
+	waitUntil(t, "a create succeeds once Postgres is back", func() bool {
+		status, _, _ := create()
+		return status == http.StatusCreated
+	})
+}
+
 // TestRunRateLimitShared starts two instances on one Postgres and one
 // Redis: a client's creates count against one allowance, whichever
 // instance takes them, and a refused create gets 429 with Retry-After.

@@ -328,8 +328,10 @@ func crossSite(log *slog.Logger) *http.CrossOriginProtection {
 // page, before it draws on the client's allowance: a stats read counts
 // against CREATE_RATE, and without this any site could spend a visitor's
 // allowance with <img src="…/stats"> and leave them unable to shorten a
-// link. Only Sec-Fetch-Site tells: a GET carries no Origin. A request
-// without it (curl, a script, an older browser) is let through.
+// link. Sec-Fetch-Site is what tells: a browser sends no Origin with a GET
+// from an <img> or a link (it does with a cross-origin fetch, which
+// Sec-Fetch-Site marks as well). A request without it (curl, a script, an
+// older browser) is let through.
 func crossSiteReads(log *slog.Logger, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.Header.Get("Sec-Fetch-Site") {

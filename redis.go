@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -21,12 +22,23 @@ type guardedRedis struct {
 	breaker *breaker
 }
 
-// openRedis makes a client for opts whose every call gives up after
-// timeout. opts is copied, not changed: the caller's options stay as they
-// were. An unreachable Redis is not an error here: the cache is an
-// optimisation, and the rate limit has a fallback, so the service starts
-// without it, warns, and uses it as soon as it answers.
-func openRedis(ctx context.Context, opts *redis.Options, timeout time.Duration, log *slog.Logger) *guardedRedis {
+// sentinels names a Redis master by the Sentinels that watch it
+// (REDIS_MASTER, REDIS_SENTINELS); the zero value means none: the client
+// goes to opts.Addr.
+type sentinels struct {
+	master string
+	addrs  []string
+}
+
+// openRedis makes a client for opts whose every call gives up after timeout.
+// opts is copied, not changed: the caller's options stay as they were. With
+// sentinels, the client asks them where the master is, and follows it when
+// they fail over to a replica (go-redis listens on their +switch-master
+// channel and drops its connections to the old master). An unreachable Redis
+// is not an error here: the cache is an optimisation, and the rate limit has
+// a fallback, so the service starts without it, warns, and uses it as soon
+// as it answers.
+func openRedis(ctx context.Context, opts *redis.Options, sent sentinels, timeout time.Duration, log *slog.Logger) *guardedRedis {
 	silenceRedisLog.Do(func() { redis.SetLogger(discardRedisLog{}) })
 	o := *opts
 	o.ContextTimeoutEnabled = true // let each call's deadline bound its socket reads too
@@ -48,8 +60,12 @@ func openRedis(ctx context.Context, opts *redis.Options, timeout time.Duration, 
 	// mean the default. With no retries, no call can take longer than
 	// its deadline.
 	o.MaxRetries = -1
+	client, where := redis.NewClient(&o), any(o.Addr)
+	if sent.master != "" {
+		client, where = redis.NewFailoverClient(failoverOptions(&o, sent)), sent.addrs
+	}
 	rdb := &guardedRedis{
-		Client:  redis.NewClient(&o),
+		Client:  client,
 		timeout: timeout,
 		breaker: newBreaker(breakerFailures, breakerCooldown, log),
 	}
@@ -57,9 +73,38 @@ func openRedis(ctx context.Context, opts *redis.Options, timeout time.Duration, 
 	defer cancel()
 	if err := rdb.Ping(pctx).Err(); err != nil {
 		log.Warn("redis does not answer; starting without it until it does",
-			"addr", o.Addr, "err", err)
+			"addr", where, "err", err)
 	}
 	return rdb
+}
+
+// failoverOptions carries o's settings over to a client that finds the
+// master through sent. The same timeouts bound the questions to the
+// Sentinels: one that is down costs a dial timeout, then the next is asked.
+func failoverOptions(o *redis.Options, sent sentinels) *redis.FailoverOptions {
+	return &redis.FailoverOptions{
+		MasterName:            sent.master,
+		SentinelAddrs:         slices.Clone(sent.addrs),
+		ClientName:            o.ClientName,
+		Protocol:              o.Protocol,
+		Username:              o.Username,
+		Password:              o.Password,
+		DB:                    o.DB,
+		TLSConfig:             o.TLSConfig,
+		MaxRetries:            o.MaxRetries,
+		DialTimeout:           o.DialTimeout,
+		DialerRetries:         o.DialerRetries,
+		ReadTimeout:           o.ReadTimeout,
+		WriteTimeout:          o.WriteTimeout,
+		ContextTimeoutEnabled: o.ContextTimeoutEnabled,
+		PoolSize:              o.PoolSize,
+		PoolTimeout:           o.PoolTimeout,
+		MinIdleConns:          o.MinIdleConns,
+		MaxIdleConns:          o.MaxIdleConns,
+		MaxActiveConns:        o.MaxActiveConns,
+		ConnMaxIdleTime:       o.ConnMaxIdleTime,
+		ConnMaxLifetime:       o.ConnMaxLifetime,
+	}
 }
 
 // redisAnswered reports whether err, from a call to Redis, is an answer:

@@ -4,17 +4,23 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
 )
 
 // testRedis returns options for the Redis that TEST_REDIS_URL names and a key
@@ -218,7 +224,7 @@ const testRedisTimeout = 5 * time.Second
 // openTestRedis opens a guardedRedis on opts, closed when the test ends.
 func openTestRedis(t *testing.T, opts *redis.Options, timeout time.Duration, log *slog.Logger) *guardedRedis {
 	t.Helper()
-	rdb := openRedis(context.Background(), opts, timeout, log)
+	rdb := openRedis(context.Background(), opts, sentinels{}, timeout, log)
 	t.Cleanup(func() {
 		if err := rdb.Close(); err != nil {
 			t.Errorf("close redis: %v", err)
@@ -386,5 +392,216 @@ func TestOpenRedisCopiesOptions(t *testing.T) {
 	// bounded.
 	if got, want := of(rdb.Options()), (settings{true, timeout, timeout, timeout, timeout, 1, 0}); got != want {
 		t.Errorf("client's options: %+v, want %+v", got, want)
+	}
+
+	// A client through Sentinels keeps the same bounds, and the caller's
+	// list of Sentinels is copied, not shared. No Sentinel answers at
+	// 127.0.0.1:1: the options are all this looks at.
+	addrs := []string{"127.0.0.1:1"}
+	frdb := openRedis(context.Background(), opts, sentinels{master: "m", addrs: addrs}, timeout, discardLog)
+	t.Cleanup(func() {
+		if err := frdb.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	if got, want := of(frdb.Options()), (settings{true, timeout, timeout, timeout, timeout, 1, 0}); got != want {
+		t.Errorf("failover client's options: %+v, want %+v", got, want)
+	}
+	fo := failoverOptions(opts, sentinels{master: "m", addrs: addrs})
+	addrs[0] = "changed"
+	if fo.SentinelAddrs[0] != "127.0.0.1:1" || fo.MasterName != "m" || fo.DB != opts.DB || fo.PoolSize != opts.PoolSize {
+		t.Errorf("failoverOptions = %+v: want master m, the Sentinels as given, and the caller's DB and pool size", fo)
+	}
+}
+
+// redisSentinelBin returns the path of redis-sentinel, which CI installs;
+// elsewhere, a test that needs it skips, saying so.
+func redisSentinelBin(t *testing.T) string {
+	t.Helper()
+	if p, err := exec.LookPath("redis-sentinel"); err == nil {
+		return p
+	}
+	if os.Getenv("CI") != "" {
+		t.Fatal("redis-sentinel is not on the PATH, and CI must run the Sentinel test (apt-get install -y redis-sentinel)")
+	}
+	t.Skip("redis-sentinel is not on the PATH; skipping the Sentinel test (apt-get install -y redis-sentinel)")
+	return ""
+}
+
+// startRedisProcess runs bin with args on a free port in dir (a port
+// taken meanwhile makes it exit: it is tried again on another, up to
+// three times), and returns the port. It is stopped when t ends.
+func startRedisProcess(t *testing.T, name, bin, dir string, args func(port int) []string) int {
+	t.Helper()
+	var errs []error
+	for range 3 {
+		port, err := freePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv, err := startServer(name, filepath.Join(dir, fmt.Sprintf("%s-%d.log", name, port)), exec.Command(bin, args(port)...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		c := redis.NewClient(plainRedis(addr))
+		err = srv.waitReady(func(ctx context.Context) error { return c.Ping(ctx).Err() })
+		if cerr := c.Close(); cerr != nil {
+			t.Fatal(cerr)
+		}
+		if err == nil {
+			t.Cleanup(func() {
+				if err := srv.stop(syscall.SIGTERM); err != nil {
+					t.Error(err)
+				}
+			})
+			return port
+		}
+		errs = append(errs, err)
+		select {
+		case <-srv.done:
+		default:
+			if err := srv.stop(os.Kill); err != nil {
+				t.Log(err)
+			}
+		}
+	}
+	t.Fatalf("%s did not start: %v", name, errors.Join(errs...))
+	return 0
+}
+
+// plainRedis is a test's own client of addr: no retries, and none of
+// go-redis's maintenance-notification machinery, whose goroutines can
+// outlive a client closed before its server ever answered.
+func plainRedis(addr string) *redis.Options {
+	return &redis.Options{Addr: addr, MaxRetries: -1,
+		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}}
+}
+
+// waitFor calls cond until it reports true, failing t past a generous
+// bound. It waits on progress (the Sentinel's own view), not on a clock.
+func waitFor(t *testing.T, what string, cond func(ctx context.Context) (bool, error)) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	var last error
+	for time.Now().Before(deadline) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		ok, err := cond(ctx)
+		cancel()
+		if ok {
+			return
+		}
+		last = err
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("%s: not within 60s (last error: %v)", what, last)
+}
+
+// TestRedisFollowsSentinelFailover runs a master, its replica and a
+// Sentinel (real processes), opens the service's client through the
+// Sentinel, has the Sentinel fail the master over to the replica, and
+// checks that the client's writes then land on the new master: the client
+// was told, and did not keep writing to the old one (now a replica, which
+// would refuse with READONLY).
+func TestRedisFollowsSentinelFailover(t *testing.T) {
+	sentinelBin := redisSentinelBin(t)
+	serverBin := findRedisServer()
+	if serverBin == "" {
+		t.Fatal("redis-server is not installed")
+	}
+	t.Parallel()
+	dir := t.TempDir()
+	plain := func(port int) []string {
+		return []string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir}
+	}
+	oldPort := startRedisProcess(t, "redis-master", serverBin, dir, plain)
+	oldAddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(oldPort))
+	newPort := startRedisProcess(t, "redis-replica", serverBin, dir, func(port int) []string {
+		return append(plain(port), "--replicaof", "127.0.0.1", strconv.Itoa(oldPort))
+	})
+	newAddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(newPort))
+	sentPort := startRedisProcess(t, "redis-sentinel", sentinelBin, dir, func(port int) []string {
+		// A Sentinel rewrites its config file, so each try gets its own.
+		conf := filepath.Join(dir, fmt.Sprintf("sentinel-%d.conf", port))
+		body := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\nsentinel monitor m 127.0.0.1 %d 1\nsentinel down-after-milliseconds m 1000\nsentinel failover-timeout m 10000\n", port, dir, oldPort)
+		if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return []string{conf}
+	})
+	sentAddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(sentPort))
+
+	direct := func(addr string) *redis.Client {
+		c := redis.NewClient(plainRedis(addr))
+		t.Cleanup(func() {
+			if err := c.Close(); err != nil {
+				t.Error(err)
+			}
+		})
+		return c
+	}
+	oldMaster, newMaster := direct(oldAddr), direct(newAddr)
+	sent := redis.NewSentinelClient(plainRedis(sentAddr))
+	t.Cleanup(func() {
+		if err := sent.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	// The Sentinel learns of the replica from the master's INFO; it can
+	// fail over only to a replica it knows and sees in sync.
+	waitFor(t, "the Sentinel sees the replica", func(ctx context.Context) (bool, error) {
+		reps, err := sent.Replicas(ctx, "m").Result()
+		if err != nil {
+			return false, err
+		}
+		for _, r := range reps {
+			if r["port"] == strconv.Itoa(newPort) && r["flags"] == "slave" && r["master-link-status"] == "ok" {
+				return true, nil
+			}
+		}
+		return false, fmt.Errorf("replicas %v", reps)
+	})
+
+	log := slog.New(slog.DiscardHandler)
+	rdb := openRedis(context.Background(), &redis.Options{}, sentinels{master: "m", addrs: []string{sentAddr}}, 2*time.Second, log)
+	t.Cleanup(func() {
+		if err := rdb.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := rdb.Set(ctx, "before", "1", 0).Err(); err != nil {
+		t.Fatalf("write through the Sentinel: %v", err)
+	}
+	if got, err := oldMaster.Get(ctx, "before").Result(); err != nil || got != "1" {
+		t.Fatalf("the master holds %q, %v; want the client's write, 1", got, err)
+	}
+
+	if err := sent.Failover(ctx, "m").Err(); err != nil {
+		t.Fatalf("SENTINEL FAILOVER: %v", err)
+	}
+	waitFor(t, "the Sentinel names the replica as master", func(ctx context.Context) (bool, error) {
+		addr, err := sent.GetMasterAddrByName(ctx, "m").Result()
+		return err == nil && len(addr) == 2 && addr[1] == strconv.Itoa(newPort), err
+	})
+	// Until the client hears of the switch (the Sentinel's +switch-master
+	// message), its pooled connections still reach the old master, which
+	// takes writes until the Sentinel has made it a replica; those writes
+	// are then lost with its data. So a write may fail, or succeed and
+	// vanish, for a moment; soon each one must land on the new master.
+	n := 0
+	waitFor(t, "a write through the client lands on the new master", func(ctx context.Context) (bool, error) {
+		n++
+		v := strconv.Itoa(n)
+		if err := rdb.Set(ctx, "after", v, 0).Err(); err != nil {
+			return false, err
+		}
+		got, err := newMaster.Get(ctx, "after").Result()
+		return err == nil && got == v, err
+	})
+	t.Logf("write %d was the first to land on the new master", n)
+	if role, err := newMaster.Do(ctx, "ROLE").Slice(); err != nil || len(role) == 0 || role[0] != "master" {
+		t.Errorf("ROLE of %s = %v, %v; want master", newAddr, role, err)
 	}
 }

@@ -3,9 +3,11 @@ package main
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	_ "embed"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"net"
 	"net/url"
@@ -350,6 +352,30 @@ func (s *pgStore) Lookup(ctx context.Context, code string) (Target, error) {
 	}
 	s.lookups.found.Inc()
 	return t, nil
+}
+
+// pgUnreachable reports whether err says that Postgres could not be reached,
+// or could not take the statement now, rather than that it refused it: the
+// connection failed or was closed (a proxy in front with no server to send
+// it to accepts and closes: EOF), the server is shutting down or starting
+// (57P01, 57P02, 57P03), the connection broke (08000, 08003, 08006, 08001,
+// 08004, 08007: class 08 but for 08P01, a protocol violation, which is a
+// bug), or the server has become a standby and is read-only (25006: a
+// demoted primary). Such an error is an outage to wait out, answered 503,
+// not a bug, answered 500.
+func pgUnreachable(err error) bool {
+	var pqErr *pq.Error
+	if errors.As(err, &pqErr) {
+		switch pqErr.Code {
+		case "57P01", "57P02", "57P03", "25006",
+			"08000", "08003", "08006", "08001", "08004", "08007":
+			return true
+		}
+		return false
+	}
+	var netErr net.Error
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, driver.ErrBadConn) || errors.As(err, &netErr)
 }
 
 // deadline returns err, marked as context.DeadlineExceeded if ctx ran out:

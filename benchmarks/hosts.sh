@@ -1,0 +1,297 @@
+#!/usr/bin/env bash
+# hosts.sh: step 20's sitting. Three hosts (deploy/hosts.sh), load through
+# nginx, and one host taken away under that load; every request's outcome
+# kept and printed second by second (benchmarks/timeline).
+#
+#   app       the host of the asynchronous standby, with the Redis master
+#             moved off it: no leader of any kind is there; its app, a
+#             standby, a Redis replica, a Sentinel and an etcd member go
+#   standby   the host of the synchronous standby (the one a commit waits
+#             for), with the Redis master moved off it
+#   postgres  the host of the Postgres primary, with the Redis master
+#             moved off it
+#   redis     the host of the Redis master, moved first to the host of the
+#             asynchronous standby
+#
+# In each: vegeta sends redirects (GET of 500 links made beforehand, at
+# RATE a second) and creates (POST /shorten, each a new URL, at CREATES a
+# second) for DURATION seconds; at HARM seconds the host is removed
+# (deploy/hosts.sh remove: its link cut, then its processes killed). Twice a
+# second, who is the Postgres primary and the Redis master is written
+# down. After the run, every link whose create was answered 201 is looked
+# for in the primary Postgres then has; then the host is restored
+# (deploy/hosts.sh restore) and the time that takes is written down.
+#
+#   benchmarks/hosts.sh [-q] [-o DIR] [-p PARTS] [-d SECONDS] [-r RATE] [-c CREATES]
+#
+#   -q        quick (CI): 24 s runs, harm at 6 s, 100 redirects and 10
+#             creates a second
+#   -o DIR    where the outputs go: 20-fail-PART.txt for each part
+#             (default: a temporary directory, removed)
+#   -p PARTS  comma-separated (default app,standby,postgres,redis)
+#   -d, -r, -c  run length (default 60 s; harm at a quarter of it),
+#             redirects a second (300), creates a second (20)
+#
+# Run as root; it brings the hosts up (deploy/hosts.sh up) and takes them
+# down at the end, however it ends. Needs what deploy/hosts.sh needs, and vegeta.
+set -euo pipefail
+
+out='' parts='app standby postgres redis' dur=60 rate=300 creates=20
+args="$*"
+while getopts qo:p:d:r:c: opt; do
+	case $opt in
+	q) dur=24 rate=100 creates=10 ;;
+	o) out=$OPTARG ;; d) dur=${OPTARG%s} ;; r) rate=$OPTARG ;; c) creates=$OPTARG ;;
+	p) parts=$(echo "$OPTARG" | tr ',' ' ') ;;
+	*) sed -n '2,36p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
+	esac
+done
+for v in "d $dur" "r $rate" "c $creates"; do
+	case ${v#* } in '' | *[!0-9]* | 0) echo "hosts.sh: -${v%% *} wants a whole number above 0" >&2; exit 2 ;; esac
+done
+for p in $parts; do case $p in app | standby | postgres | redis) ;; *) echo "hosts.sh: unknown part $p (app, standby, postgres, redis)" >&2; exit 2 ;; esac; done
+for t in go vegeta curl redis-cli; do command -v "$t" >/dev/null || { echo "hosts.sh: $t not found" >&2; exit 1; }; done
+[ "$dur" -ge 8 ] || { echo "hosts.sh: -d wants 8 seconds or more (the harm comes at a quarter)" >&2; exit 2; }
+harm=$((dur / 4))
+case $out in '' | /*) ;; *) out="$PWD/$out" ;; esac
+cd "$(git rev-parse --show-toplevel)"
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/hosts.XXXXXX")
+chmod 755 "$tmp" # Postgres runs as the user postgres, inside it
+export HOSTS_DIR="$tmp/hosts"
+keep=$out
+[ -n "$out" ] || out="$tmp/out"
+mkdir -p "$out"
+rp='' cp='' wp=''
+cleanup() {
+	# The load and the roles loop first: they would go on for the rest
+	# of their run, asking hosts that are gone.
+	for p in $rp $cp $wp; do kill "$p" 2>/dev/null || true; done
+	wait 2>/dev/null || true
+	deploy/hosts.sh down >/dev/null 2>&1 || true
+	rm -rf "$tmp"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+codeid=$(sh benchmarks/codeid.sh)
+commit="$(git rev-parse --short=12 HEAD)$(git diff --quiet HEAD -- . ':!benchmarks/20-*' || echo ' (dirty tree)')"
+go build -o "$tmp/timeline" ./benchmarks/timeline
+base=http://127.0.0.1:${HOSTS_PORT:-18080}
+ip_of() { echo "10.77.0.1${1#h}"; }
+
+deploy/hosts.sh up 2>"$tmp/up.log" || { cat "$tmp/up.log" >&2; exit 1; }
+
+# 500 links to redirect to; then a few seconds of redirects, so that each
+# app has them in its caches, as a running service would.
+: >"$tmp/redirects.txt"
+for i in $(seq 500); do
+	code=$(curl -fsS -H 'Content-Type: application/json' -d "{\"url\":\"https://example.com/seed/$i\"}" "$base/shorten" |
+		sed -n 's/.*"code":"\([^"]*\)".*/\1/p')
+	[ -n "$code" ] || { echo "hosts.sh: seeding: no code in the answer" >&2; exit 1; }
+	echo "GET $base/$code" >>"$tmp/redirects.txt"
+done
+vegeta attack -rate="$rate/s" -duration=5s -redirects=-1 -targets="$tmp/redirects.txt" >/dev/null
+
+# creates_targets N: N creates, each of its own URL, as vegeta JSON targets.
+creates_targets() {
+	local run=$1 n=$2 i
+	for i in $(seq "$n"); do
+		printf '{"method":"POST","url":"%s/shorten","header":{"Content-Type":["application/json"]},"body":"%s"}\n' \
+			"$base" "$(printf '{"url":"https://example.com/%s/%d"}' "$run" "$i" | base64 -w0)"
+	done
+}
+
+roles() { echo "primary=$(deploy/hosts.sh primary 2>/dev/null || echo none) sync_standby=$(sync_standby || echo none) redis_master=$(deploy/hosts.sh redis-master 2>/dev/null || echo none)"; }
+
+# sync_standby: the host of the synchronous standby (Patroni's GET /sync).
+sync_standby() {
+	local h
+	for h in h1 h2 h3; do
+		[ "$(curl -s -o /dev/null -m 0.3 -w '%{http_code}' "http://$(ip_of "$h"):8008/sync")" = 200 ] && { echo "$h"; return 0; }
+	done
+	return 1
+}
+
+# move_redis_to H: make H's Redis the master. The Sentinels choose among
+# the replicas by priority; the others are given priority 0 (never) for
+# the one failover, then 100 again.
+move_redis_to() {
+	local to=$1 m h end
+	m=$(deploy/hosts.sh redis-master)
+	[ "$m" = "$to" ] && return 0
+	for h in h1 h2 h3; do
+		[ "$h" = "$to" ] || [ "$h" = "$m" ] || redis-cli -h "$(ip_of "$h")" config set replica-priority 0 >/dev/null
+	done
+	# A Sentinel learns a replica's priority from its INFO, every 10 s:
+	# wait until the one asked to fail over has seen every 0.
+	end=$((SECONDS + 60))
+	until [ "$(redis-cli -h "$(ip_of "$to")" -p 26379 sentinel replicas shortener |
+		awk '$0 == "ip" { getline; ip = $0 } $0 == "slave-priority" { getline; if ($0 == 0) n++ } END { print n + 0 }')" -ge 1 ] ||
+		[ "$m" = "$to" ]; do
+		((SECONDS < end)) || { echo "hosts.sh: the Sentinel did not see the replica priorities change" >&2; exit 1; }
+		sleep 0.5
+	done
+	redis-cli -h "$(ip_of "$to")" -p 26379 sentinel failover shortener >/dev/null
+	end=$((SECONDS + 60))
+	until [ "$(deploy/hosts.sh redis-master)" = "$to" ]; do
+		((SECONDS < end)) || { echo "hosts.sh: the Redis master did not move to $to" >&2; exit 1; }
+		sleep 0.5
+	done
+	for h in h1 h2 h3; do redis-cli -h "$(ip_of "$h")" config set replica-priority 100 >/dev/null; done
+	echo "(moved the Redis master from $m to $to first)" >&2
+}
+
+# victim PART: the host to remove, after moving the Redis master so that
+# one thing fails at a time. The hosts hold three roles: the Postgres
+# primary (p), its synchronous standby (s), and the other, asynchronous
+# standby (a); the Redis master goes where the part wants it.
+#   app       a, with the Redis master moved off it: nothing leads there
+#   standby   s, with the Redis master moved off it
+#   postgres  p, with the Redis master moved off it
+#   redis     the Redis master, moved to a
+victim() {
+	local p s a h
+	p=$(deploy/hosts.sh primary) s=$(sync_standby) a=''
+	for h in h1 h2 h3; do [ "$h" = "$p" ] || [ "$h" = "$s" ] || a=$h; done
+	# Each role on its own host, or the part would remove the wrong one.
+	if [ -z "$p" ] || [ -z "$s" ] || [ -z "$a" ] || [ "$p" = "$s" ]; then
+		echo "hosts.sh: roles not settled: primary '$p', synchronous standby '$s', other '$a'" >&2
+		exit 1
+	fi
+	case $1 in
+	app) move_redis_to "$p"; echo "$a" ;;
+	standby) move_redis_to "$a"; echo "$s" ;;
+	postgres) move_redis_to "$a"; echo "$p" ;;
+	redis) move_redis_to "$a"; echo "$a" ;;
+	esac
+}
+
+# cpu: "pid name ticks" for every process of the hosts (by namespace),
+# nginx and the load generators ($rp $cp): user + system time, with what
+# each has reaped of its children (a postmaster's finished backends).
+cpu() {
+	local files=() p ns ng
+	for ns in sh1 sh2 sh3; do
+		for p in $(ip netns pids "$ns" 2>/dev/null); do files+=("/proc/$p/stat"); done
+	done
+	ng=$(cat "$HOSTS_DIR/nginx/nginx.pid")
+	for p in "$ng" $(pgrep -P "$ng") $rp $cp; do files+=("/proc/$p/stat"); done
+	# Field 2 is the name in parentheses (none here has a space in it).
+	cat "${files[@]}" 2>/dev/null | awk '{ gsub(/[()]/, "", $2); print $1, $2, $14 + $15 + $16 + $17 }'
+}
+
+# cpu_table BEFORE AFTER SECONDS REQUESTS: CPU by process name between two
+# cpu snapshots (a process new in AFTER counts whole).
+cpu_table() {
+	awk -v hz="$(getconf CLK_TCK)" -v secs="$3" -v n="$4" '
+		NR == FNR { t0[$1] = $3; next }
+		$3 != "" { used[$2] += $3 - ($1 in t0 ? t0[$1] : 0) }
+		END {
+			printf "%-16s %10s %10s %14s\n", "process", "cpu_s", "cores", (n > 0 ? "us_per_req" : "")
+			for (k in used) if (n > 0) printf "%-16s %10.2f %10.3f %14.1f\n", k, used[k] / hz, used[k] / hz / secs, used[k] / hz / n * 1e6
+			else printf "%-16s %10.2f %10.3f\n", k, used[k] / hz, used[k] / hz / secs
+		}' "$1" "$2" | { IFS= read -r h; echo "$h"; sort -k2,2nr; }
+}
+
+# What the three hosts cost with no load at all: etcd's heartbeats,
+# Patroni's loop, the checks of HAProxy and the Sentinels, the apps' own
+# timers.
+idle=$((dur / 3))
+rp='' cp=''
+sleep 2
+cpu >"$tmp/idle0"
+sleep "$idle"
+cpu >"$tmp/idle1"
+{
+	echo "# Step 20: the three hosts with no load, for $idle s"
+	echo "# made by:   benchmarks/hosts.sh ${args:-(no flags)}: -d $dur; code id $codeid, commit $commit, date $(date -u '+%Y-%m-%dT%H:%M:%SZ')"
+	echo "# machine:   $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1), $(nproc) cores, $(awk '/^MemTotal/ {printf "%.1f GiB", $2 / 1048576}' /proc/meminfo), $(uname -sr)"
+	echo "# hosts:     deploy/hosts.sh, after 500 creates and 5 s of redirects, then 2 s of rest"
+	echo
+	cpu_table "$tmp/idle0" "$tmp/idle1" "$idle" 0
+} >"$out/20-idle.txt"
+
+since() { awk -v a="$1" -v b="$t0" 'BEGIN { printf "%.2f", a - b }'; }
+
+for part in $parts; do
+	f="$out/20-fail-$part.txt"
+	v=$(victim "$part")
+	# Let every app find its connections again after a move, then warm.
+	sleep 3
+	vegeta attack -rate="$rate/s" -duration=3s -redirects=-1 -targets="$tmp/redirects.txt" >/dev/null
+	before=$(roles)
+	creates_targets "$part" $((creates * dur)) >"$tmp/creates.json"
+	t0=$(date +%s.%N)
+	vegeta attack -rate="$rate/s" -duration="${dur}s" -timeout=10s -redirects=-1 -targets="$tmp/redirects.txt" >"$tmp/red.bin" &
+	rp=$!
+	vegeta attack -rate="$creates/s" -duration="${dur}s" -timeout=10s -format=json -targets="$tmp/creates.json" >"$tmp/cre.bin" &
+	cp=$!
+	(
+		while kill -0 "$rp" 2>/dev/null; do
+			printf '%6.1f %s\n' "$(since "$(date +%s.%N)")" "$(roles)"
+			sleep 0.5
+		done
+	) >"$tmp/roles.txt" &
+	wp=$!
+	# CPU in the steady part, from the second second to the harm.
+	sleep 1
+	cpu >"$tmp/cpu0"
+	c0=$(date +%s.%N)
+	sleep $((harm - 1))
+	cpu >"$tmp/cpu1"
+	mark=$(date +%s.%N)
+	deploy/hosts.sh remove "$v" 2>>"$tmp/remove.log" || { cat "$tmp/remove.log" >&2; exit 1; }
+	# Each waited for on its own: wait with several pids returns only the
+	# last one's status.
+	wait "$rp" || { echo "hosts.sh: vegeta (redirects) failed" >&2; exit 1; }
+	wait "$cp" || { echo "hosts.sh: vegeta (creates) failed" >&2; exit 1; }
+	wait "$wp"
+	rp='' cp='' wp=
+	vegeta encode --to json <"$tmp/red.bin" | "$tmp/timeline" -ok 302 -t0 "$t0" -mark "$mark" >"$tmp/red.txt"
+	vegeta encode --to json <"$tmp/cre.bin" | "$tmp/timeline" -ok 201 -t0 "$t0" -mark "$mark" -codes "$tmp/acked.txt" >"$tmp/cre.txt"
+	acked=$(grep -c . "$tmp/acked.txt" || true)
+	lost=$(deploy/hosts.sh psql -Atq -v ON_ERROR_STOP=1 \
+		-c 'create temp table acked (code text)' \
+		-c "\\copy acked from '$tmp/acked.txt'" \
+		-c 'select count(*) from acked a where not exists (select 1 from links l where l.code = a.code)')
+	rs=$SECONDS
+	deploy/hosts.sh restore "$v" 2>>"$tmp/restore.log" || { cat "$tmp/restore.log" >&2; exit 1; }
+	restored=$((SECONDS - rs))
+	{
+		echo "# Step 20: $part: the host $v removed at second $(since "$mark") of $dur, under load through nginx"
+		echo "# made by:   benchmarks/hosts.sh ${args:-(no flags)} (part $part): -d $dur -r $rate -c $creates; code id $codeid, commit $commit, date $(date -u '+%Y-%m-%dT%H:%M:%SZ')"
+		echo "# machine:   $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1), $(nproc) cores, $(awk '/^MemTotal/ {printf "%.1f GiB", $2 / 1048576}' /proc/meminfo), $(uname -sr)"
+		echo "# software:  $(go version | awk '{print $3}'), $(patroni --version), etcd $(etcd --version | sed -n 's/^etcd Version: //p'), $(haproxy -v | head -n 1 | cut -d' ' -f1-3), $(redis-server --version | cut -d' ' -f1-3), $(nginx -v 2>&1 | cut -d' ' -f3), vegeta $(go version -m "$(command -v vegeta)" 2>/dev/null | awk '$1 == "mod" {print $3}')"
+		echo "# hosts:     deploy/hosts.sh: three network namespaces on one bridge, each with etcd, Patroni + Postgres, HAProxy, Redis + Sentinel and the app; nginx in front"
+		echo "# load:      vegeta, $rate redirects/s over 500 links (warmed 5 s), and $creates creates/s, each a new URL, for $dur s, timeout 10 s"
+		echo
+		echo "before: $before"
+		echo "removed: $v at $(since "$mark") s: $(cat "$tmp/remove.log" | tail -n 1)"
+		echo "acknowledged creates (201): $acked; of them missing from the primary afterwards: $lost"
+		echo "restore of $v (deploy/hosts.sh restore, until its app answers): $restored s; after: $(roles)"
+		echo
+		win=$(awk -v a="$mark" -v b="$c0" 'BEGIN { printf "%.2f", a - b }')
+		echo "## CPU before the harm: ${win} s from second 1, $rate redirects + $creates creates a second ($(awk -v w="$win" -v r=$((rate + creates)) 'BEGIN { printf "%.0f", w * r }') requests); us_per_req = cpu / requests"
+		cpu_table "$tmp/cpu0" "$tmp/cpu1" "$win" "$(awk -v w="$win" -v r=$((rate + creates)) 'BEGIN { printf "%.0f", w * r }')"
+		echo
+		echo "## who leads, twice a second (seconds since the load began)"
+		cat "$tmp/roles.txt"
+		echo
+		echo "## redirects (302 = ok)"
+		cat "$tmp/red.txt"
+		echo
+		echo "## creates (201 = ok)"
+		cat "$tmp/cre.txt"
+	} >"$f"
+	grep -E '^(removed|acknowledged|restore)' "$f"
+	echo "$part redirects: $(grep -E '^(total|failures)' "$tmp/red.txt" | tr '\n' ' ')"
+	echo "$part creates:   $(grep -E '^(total|failures)' "$tmp/cre.txt" | tr '\n' ' ')"
+	: >"$tmp/remove.log"
+	# Let the restored host's standby and replica catch up before the next.
+	end=$((SECONDS + 120))
+	until [ "$(deploy/hosts.sh psql -Atqc "select count(*) from pg_stat_replication where state = 'streaming'" 2>/dev/null)" = 2 ] && sync_standby >/dev/null; do
+		((SECONDS < end)) || { echo "hosts.sh: the restored standby did not stream within 120 s" >&2; exit 1; }
+		sleep 0.5
+	done
+done
+if [ "$keep" ]; then echo "Outputs in ${out#"$PWD"/}"; else echo "Outputs not kept (give -o DIR to keep them)"; fi
