@@ -179,13 +179,26 @@ func clientIPFrom(ctx context.Context) netip.Addr {
 // the request and gives it an id, once, for the handlers and the log; with
 // metrics on, it counts and times the request by route and status; with
 // ACCESS_LOG on, it logs one line for it.
+//
+// What it keeps for a request is one allocation (requestState): the
+// request's information, the context that carries it and the writer that
+// remembers the status. Made separately, with context.WithValue and a
+// statusWriter of its own, they were three (docs/21). The fourth, the
+// copy of the request that r.WithContext makes, net/http leaves no way
+// around.
 func observe(cfg config, m *metrics, log *slog.Logger, next http.Handler) http.Handler {
 	ids := newRequestIDs()
 	var warnedXFF atomic.Bool
+	measure := m != nil || cfg.accessLog
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		start := time.Now()
+		var start time.Time
+		if measure {
+			start = time.Now()
+		}
+		st := &requestState{}
+		info := &st.info
 		client, peerTrusted := cfg.trustedProxies.client(r)
-		info := &requestInfo{client: client}
+		info.client = client
 		// A proxy we do not trust that sends X-Forwarded-For is most
 		// likely ours, missing from TRUSTED_PROXIES: every client behind
 		// it then shares its address, and one rate limit. Said once,
@@ -197,18 +210,22 @@ func observe(cfg config, m *metrics, log *slog.Logger, next http.Handler) http.H
 		}
 		// nginx sends the id it logs (deploy/nginx.conf); anyone else's
 		// would be a client's invention, so it is taken from a trusted
-		// proxy only, and only if it looks like one.
-		if id := r.Header.Get("X-Request-Id"); id != "" && validRequestID(id) && peerTrusted {
-			info.id = id
+		// proxy only, and only if it looks like one. (Indexed directly:
+		// the key is canonical, and Header.Get would canonicalize it on
+		// every request.)
+		if v := r.Header["X-Request-Id"]; len(v) > 0 && v[0] != "" && validRequestID(v[0]) && peerTrusted {
+			info.id = v[0]
 		} else {
 			info.ids, info.n = ids, ids.n.Add(1)
 		}
-		r = r.WithContext(context.WithValue(r.Context(), requestInfoKey{}, info))
-		if m == nil && !cfg.accessLog {
+		st.ctx = infoContext{Context: r.Context(), info: info}
+		r = r.WithContext(&st.ctx)
+		if !measure {
 			next.ServeHTTP(w, r)
 			return
 		}
-		sw := &statusWriter{ResponseWriter: w}
+		sw := &st.w
+		sw.ResponseWriter = w
 		if m != nil {
 			m.inFlight.Add(1)
 			defer m.inFlight.Add(-1)
@@ -234,6 +251,29 @@ func observe(cfg config, m *metrics, log *slog.Logger, next http.Handler) http.H
 				slog.Duration("took", took), slog.String("client", info.client.String()))
 		}
 	})
+}
+
+// requestState is what observe keeps for one request, in one allocation.
+type requestState struct {
+	info requestInfo
+	ctx  infoContext
+	w    statusWriter
+}
+
+// infoContext is the request's context with its requestInfo: what
+// context.WithValue would make, as a field of requestState instead of an
+// allocation of its own. Everything but the one key goes to the context
+// beneath, so deadlines, cancelation and other values are unchanged.
+type infoContext struct {
+	context.Context
+	info *requestInfo
+}
+
+func (c *infoContext) Value(key any) any {
+	if _, ok := key.(requestInfoKey); ok {
+		return c.info
+	}
+	return c.Context.Value(key)
 }
 
 // statusWriter remembers the status a handler answered with.

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -211,5 +212,47 @@ func TestWarnsOnceAboutUntrustedForwardedFor(t *testing.T) {
 				t.Errorf("warned %d times in 100 requests, want %d:\n%s", got, tt.want, logs)
 			}
 		})
+	}
+}
+
+// TestInfoContext checks the context type that observe puts the request's
+// information in (instead of context.WithValue): it answers its own key,
+// passes every other question to the context beneath, and what is made
+// from it is canceled with the request.
+func TestInfoContext(t *testing.T) {
+	type otherKey struct{}
+	parent, cancel := context.WithCancel(context.WithValue(context.Background(), otherKey{}, "beneath"))
+	info := &requestInfo{id: "abc"}
+	ctx := &infoContext{Context: parent, info: info}
+	if got := requestInfoFrom(ctx); got != info {
+		t.Fatalf("requestInfoFrom = %p, want %p", got, info)
+	}
+	if got := ctx.Value(otherKey{}); got != "beneath" {
+		t.Errorf("another key: got %v, want the value beneath", got)
+	}
+	if got := requestInfoFrom(context.WithoutCancel(ctx)); got != info {
+		t.Errorf("WithoutCancel lost the request's information")
+	}
+	child, stop := context.WithTimeout(ctx, time.Hour)
+	defer stop()
+	if requestInfoFrom(child) != info {
+		t.Errorf("a context made from it lost the request's information")
+	}
+	cancel()
+	// Canceled with its parent, and by the time cancel returns: the
+	// context package found the parent's cancelation through Value and
+	// registered the child with it, so no goroutine (and no clock) is
+	// involved. Were Value not to pass that question on, the child would
+	// be canceled later, by a goroutine, and this would fail.
+	select {
+	case <-child.Done():
+	default:
+		t.Fatal("a context made from it was not canceled when the request was")
+	}
+	if err := child.Err(); err != context.Canceled {
+		t.Errorf("child.Err() = %v, want context.Canceled", err)
+	}
+	if err := ctx.Err(); err != context.Canceled {
+		t.Errorf("ctx.Err() = %v, want context.Canceled", err)
 	}
 }

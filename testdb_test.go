@@ -16,7 +16,7 @@ import (
 // server TEST_DATABASE_URL names, drops it when the test ends, and returns
 // its URL. Unset, the test is skipped, unless CI is set: CI must run every
 // test. Set but unreachable, the test fails.
-func testDatabase(t *testing.T) string {
+func testDatabase(t testing.TB) string {
 	t.Helper()
 	admin := os.Getenv("TEST_DATABASE_URL")
 	if admin == "" {
@@ -70,12 +70,12 @@ var testPool = func() poolConfig {
 }()
 
 // openTestStore returns a pgStore on a fresh database, closed at the end.
-func openTestStore(t *testing.T) *pgStore {
+func openTestStore(t testing.TB) *pgStore {
 	t.Helper()
 	return openTestStoreWith(t, testPool)
 }
 
-func openTestStoreWith(t *testing.T, pool poolConfig) *pgStore {
+func openTestStoreWith(t testing.TB, pool poolConfig) *pgStore {
 	t.Helper()
 	s, err := openPostgres(context.Background(), testDatabase(t), pool)
 	if err != nil {
@@ -86,7 +86,7 @@ func openTestStoreWith(t *testing.T, pool poolConfig) *pgStore {
 }
 
 // closeOnCleanup closes s when the test ends, failing the test if that fails.
-func closeOnCleanup(t *testing.T, s *pgStore) {
+func closeOnCleanup(t testing.TB, s *pgStore) {
 	t.Helper()
 	t.Cleanup(func() {
 		if err := s.Close(); err != nil {

@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
-# ceiling.sh: step 12's sitting. Which load generator is the ceiling on this
-# machine, what the headline ratios of steps 08 and 11 read with a generator
-# that is not, and where nginx's CPU goes beside the app's in one run.
+# ceiling.sh: step 12's sitting, and step 21's (-t 21 -s 20 -p best). Which
+# load generator is the ceiling on this machine, what the headline ratios
+# of earlier steps read with a generator that is not, and where nginx's CPU
+# goes beside the app's in one run.
 #
 #   gens   benchmarks/bare (net/http and nothing else) loaded by hey, vegeta
 #          and wrk in turn, rounds in alternating order: each generator's
 #          req/s and the CPU per request of the generator and of the server.
 #   best   rounds of wrk and hey, alternating, over: bare; bare with the
-#          app's server timeouts (-timeouts); and for the commits of step 08,
-#          step 11 and this tree: the app's /healthz and its redirect of one
+#          app's server timeouts (-timeouts); bare answering a redirect as
+#          the app does (-timeouts -redirect); and for the commits of the
+#          steps of -s and this tree: the app's /healthz and its redirect of one
 #          hot link (a local-cache hit, clicks queued, metrics on). Each
 #          round's ratios are taken within the round.
 #   nginx  three instances of this tree behind nginx (deploy/replicas.sh),
@@ -16,27 +18,32 @@
 #          nginx, the instances, Postgres, Redis and wrk in that same run.
 #
 #   benchmarks/ceiling.sh [-q] [-o DIR] [-p PARTS] [-n ROUNDS] [-d SECONDS]
+#                         [-t STEP] [-s STEPS]
 #
 #   -q        quick: 1 round of 1 s runs at concurrency 10
-#   -o DIR    where the outputs go, named 12-*.txt (default: a temporary
-#             directory, removed at the end: give -o to keep them)
+#   -o DIR    where the outputs go, named NN-*.txt, NN the -t (default: a
+#             temporary directory, removed at the end: give -o to keep them)
+#   -t STEP   the step this tree is, which names the outputs (default 12)
+#   -s STEPS  comma-separated earlier steps that best builds from their
+#             commits, two digits each, not the -t step (default 08,11)
 #   -p PARTS  comma-separated (default gens,best,nginx)
 #   -n, -d    rounds (default 5) and seconds per run (default 5; each run
 #             after a 1 s warm-up); concurrency 50, wrk with 2 threads
 #
-# Takes about 10 minutes with the defaults, 1 with -q. Environment:
+# Takes about 12 minutes with the defaults, 1 with -q. Environment:
 # ADMIN_DATABASE_URL (default postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable).
 # Needs go, git, psql, redis-server, redis-cli, curl, hey, vegeta, wrk, nginx
 # and /usr/bin/time (GNU time, Debian package time).
 set -euo pipefail
 
-conc=50 out='' parts='gens best nginx' rounds=5 dur=5 rows=10000
-while getopts qo:p:n:d: opt; do
+conc=50 out='' parts='gens best nginx' rounds=5 dur=5 rows=10000 tree=12 steps='08 11'
+while getopts qo:p:n:d:t:s: opt; do
 	case $opt in
 	q) rounds=1 dur=1 conc=10 ;;
 	o) out=$OPTARG ;; n) rounds=$OPTARG ;; d) dur=${OPTARG%s} ;;
 	p) parts=$(echo "$OPTARG" | tr ',' ' ') ;;
-	*) sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
+	t) tree=$OPTARG ;; s) steps=$(echo "$OPTARG" | tr ',' ' ') ;;
+	*) sed -n '2,36p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
 	esac
 done
 admin=${ADMIN_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable}
@@ -66,10 +73,10 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 codeid=$(sh "$here/codeid.sh")
-commit="$(git rev-parse --short=12 HEAD)$(git diff --quiet HEAD -- . ':!benchmarks/12-*' || echo ' (dirty tree)')"
+commit="$(git rev-parse --short=12 HEAD)$(git diff --quiet HEAD -- . ':!benchmarks/[0-9][0-9]-*' || echo ' (dirty tree)')"
 header() { # header TITLE PART
 	echo "# $1"
-	echo "# made by:   benchmarks/ceiling.sh -n $rounds -d $dur (part $2); code id $codeid, commit $commit, date $(date -u '+%Y-%m-%dT%H:%M:%SZ')"
+	echo "# made by:   benchmarks/ceiling.sh -n $rounds -d $dur${tree:+ -t $tree} -s $(echo $steps | tr ' ' ,) (part $2); code id $codeid, commit $commit, date $(date -u '+%Y-%m-%dT%H:%M:%SZ')"
 	echo "# machine:   $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1), $(nproc) cores, $(awk '/^MemTotal/ {printf "%.1f GiB", $2 / 1048576}' /proc/meminfo), $(uname -sr)"
 	echo "# software:  $(go version | awk '{print $3}'), postgres $(psql "$admin" -Atc 'show server_version'), redis $(redis-server --version | cut -d' ' -f3 | sed 's/v=//'), nginx $(nginx -v 2>&1 | sed 's/.*nginx\///'), hey $(go version -m "$(command -v hey)" | awk '$1 == "mod" {print $3}'), vegeta $(go version -m "$(command -v vegeta)" | awk '$1 == "mod" {print $3}'), $(wrk -v 2>&1 | head -n 1 | cut -d' ' -f1-2)"
 	echo "# load:      concurrency $conc (wrk: 2 threads, $conc connections; vegeta: -rate 0, $conc workers), ${dur} s per run after a 1 s warm-up, all on this machine"
@@ -175,7 +182,7 @@ if want gens; then
 		for i in $(seq 1 "$rounds"); do for g in hey vegeta wrk; do
 			printf '\n===== round %s, %s =====\n' "$i" "$g"; cat "$tmp/g/$i-$g"
 		done; done
-	} >"$out/12-generators.txt"
+	} >"$out/$tree-generators.txt"
 	kill "$bare_pid"; wait "$bare_pid" 2>/dev/null || true
 fi
 
@@ -206,23 +213,26 @@ if want best; then
 	mkdir -p "$tmp/b" "$tmp/src"
 	start_bare plain; b0_url=$bare_url b0_pid=$bare_pid
 	start_bare timeouts -timeouts; b1_url=$bare_url b1_pid=$bare_pid
+	start_bare redirect -timeouts -redirect; b2_url=$bare_url b2_pid=$bare_pid
 	declare -A url pid
-	url[bare]=$b0_url pid[bare]=$b0_pid url[bareT]=$b1_url pid[bareT]=$b1_pid
-	names=''
-	for s in 08 11 12; do
-		if [ "$s" = 12 ]; then
-			go build -o "$tmp/app12" .
+	url[bare]=$b0_url pid[bare]=$b0_pid url[bareT]=$b1_url pid[bareT]=$b1_pid url[bareR]=$b2_url pid[bareR]=$b2_pid
+	names='' built=''
+	for s in $steps $tree; do
+		if [ "$s" = "$tree" ]; then
+			go build -o "$tmp/app$s" .
+			built="$built, $s: this tree"
 		else
 			mkdir -p "$tmp/src/$s"
 			git archive "$(git rev-parse ":/^Step $s:")" | tar -x -C "$tmp/src/$s"
 			(cd "$tmp/src/$s" && go build -o "$tmp/app$s" .)
+			built="$built, step $s: $(git rev-parse --short=12 ":/^Step $s:")"
 		fi
 		start_app "$s" "$tmp/app$s"
 		url[h$s]="$app_url/healthz" pid[h$s]=$app_pid
 		url[r$s]="$app_url/$app_code" pid[r$s]=$app_pid
 		names="$names h$s r$s"
 	done
-	all="bare bareT$names"
+	all="bare bareT bareR$names"
 	# column N TITLE: field N of every run's summary, a row per round, with
 	# the medians, for generator $g.
 	column() {
@@ -242,21 +252,32 @@ if want best; then
 			done
 		done
 	done
+	# The ratios' header: each to bare; bareR (a redirect and nothing
+	# else) to bareT, which it differs from only in its answer; and each
+	# redirect to bareR and to its own /healthz.
+	ratio_names="bareT/bare bareR/bare bareR/bareT"
+	for s in $steps $tree; do ratio_names="$ratio_names h$s/bare r$s/bare r$s/bareR r$s/h$s"; done
 	for g in wrk hey; do
 		{
-			header "the best this machine does, measured with $g: bare net/http, bare with the app's timeouts, and steps 08, 11 and this tree's /healthz and redirect of one hot link" best
-			echo "# the apps:  each step's commit built as it is (step 08: $(git rev-parse --short=12 ':/^Step 08:'), step 11: $(git rev-parse --short=12 ':/^Step 11:'), 12: this tree), a database of $rows seeded links each,"
+			header "the best this machine does, measured with $g: bare net/http (answering 200, and a 302 as the app does), bare with the app's timeouts, and$(for s in $steps; do printf ' step %s,' "$s"; done) and this tree's /healthz and redirect of one hot link" best
+			echo "# the apps:  each step's commit built as it is (${built#, }), a database of $rows seeded links each,"
 			echo "#            one Redis (a key prefix each), defaults but CREATE_RATE=1000000; all running at once, loaded one at a time"
 			echo "# order:     within a round, in the order of the columns, reversed in even rounds; wrk's round and hey's alternate"
 			echo "# bareT:     benchmarks/bare -timeouts: the same handler with the app's ReadHeaderTimeout, ReadTimeout, WriteTimeout and IdleTimeout"
+			echo "# bareR:     benchmarks/bare -timeouts -redirect: 302 with a Location header, no body, as the app answers a redirect"
 			echo "#"
 			column 1 "A. req/s"
 			echo "#"
-			echo "# B. ratios within each round: each to bare; redirect to its own /healthz"
-			echo "# round bareT/bare h08/bare r08/bare r08/h08 h11/bare r11/bare r11/h11 h12/bare r12/bare r12/h12"
+			echo "# B. ratios within each round: each to bare; bareR to bareT; each redirect to bareR and to its own /healthz"
+			echo "# round $ratio_names"
 			for i in $(seq 1 "$rounds"); do
-				for v in $all; do printf '%s ' "$(cut -d' ' -f1 "$tmp/b/$i-$g-$v.sum")"; done | awk -v i="$i" '{
-					printf "%d %.3f %.3f %.3f %.3f %.3f %.3f %.3f %.3f %.3f %.3f\n", i, $2 / $1, $3 / $1, $4 / $1, $4 / $3, $5 / $1, $6 / $1, $6 / $5, $7 / $1, $8 / $1, $8 / $7 }'
+				row=$i
+				for v in $all; do row="$row $v=$(cut -d' ' -f1 "$tmp/b/$i-$g-$v.sum")"; done
+				echo "$row" | awk -v names="$ratio_names" '{
+					for (f = 2; f <= NF; f++) { split($f, kv, "="); val[kv[1]] = kv[2] }
+					n = split(names, r, " "); printf "%d", $1
+					for (k = 1; k <= n; k++) { split(r[k], ab, "/"); printf " %.3f", val[ab[1]] / val[ab[2]] }
+					printf "\n" }'
 			done | medians | sed 's/^/# /'
 			echo "#"
 			column 2 "C. server CPU µs per response"
@@ -267,10 +288,10 @@ if want best; then
 			for i in $(seq 1 "$rounds"); do for v in $all; do
 				printf '\n===== round %s, %s, %s =====\n' "$i" "$v" "${url[$v]}"; cat "$tmp/b/$i-$g-$v"
 			done; done
-		} >"$out/12-best-$g.txt"
+		} >"$out/$tree-best-$g.txt"
 	done
 	for v in $names; do kill "${pid[$v]}" 2>/dev/null || true; wait "${pid[$v]}" 2>/dev/null || true; done
-	kill "$b0_pid" "$b1_pid" 2>/dev/null || true; wait "$b0_pid" "$b1_pid" 2>/dev/null || true
+	kill "$b0_pid" "$b1_pid" "$b2_pid" 2>/dev/null || true; wait "$b0_pid" "$b1_pid" "$b2_pid" 2>/dev/null || true
 fi
 
 if want nginx; then
@@ -304,11 +325,11 @@ if want nginx; then
 		echo "# round req/s nginx_us apps_us postgres_us redis_us wrk_us nginx/apps bad"
 		medians <"$tmp/n/rows" | sed 's/^/# /'
 		for i in $(seq 1 "$rounds"); do printf '\n===== round %s =====\n' "$i"; cat "$tmp/n/$i"; done
-	} >"$out/12-nginx-shares.txt"
+	} >"$out/$tree-nginx-shares.txt"
 	deploy/replicas.sh down >/dev/null; up=''
 fi
 
-for f in "$out"/12-*.txt; do
+for f in "$out"/"$tree"-*.txt; do
 	echo "== $(basename "$f")"
 	grep -E '^# (round|median|min-max|[A-E]\.)' "$f" || true
 done
