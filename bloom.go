@@ -115,7 +115,7 @@ type bloomStore struct {
 	mu       sync.RWMutex
 	filter   *bloom.BloomFilter // nil until the first build ends
 	capacity uint               // codes filter was sized for
-	codes    uint               // codes added to it (a code added twice counts once)
+	codes    uint               // codes added to it (every row a build read, then each add that set a bit: a code added twice counts once; one held already by a false positive, not at all)
 	trusted  bool               // filter != nil && feedUp && gapFrom.IsZero()
 	// building is set while run scans Postgres into a new filter; codes
 	// added meanwhile are kept in pending too, and added to the new

@@ -299,8 +299,15 @@ func TestBloomRebuildsWhenFull(t *testing.T) {
 	// Sized for twice the links counted when the rebuild began: 51 to 60
 	// of them, depending on when it ran.
 	waitUntil(t, "a bigger filter", func() bool { return tb.stats().capacity >= 102 })
-	if s := tb.stats(); !s.trusted || s.codes != 60 {
-		t.Errorf("after the rebuild: %+v, want trusted with 60 codes", s)
+	// The count is every row the rebuild's scan read, then each later
+	// add that set a bit: a code the scan did not read, that the new
+	// filter already holds by a false positive, is not counted. The scan
+	// read 51 at least, so there are at most 9 such adds, each under a
+	// 0.06% chance (978 bits, 7 hashes, 59 codes or fewer as it comes):
+	// a miscount in at most one run of 280, three (below 58) in about one
+	// of 200 million. CI saw 59 once, in step 15's suite.
+	if s := tb.stats(); !s.trusted || s.codes > 60 || s.codes < 58 {
+		t.Errorf("after the rebuild: %+v, want trusted with 60 codes (58 or 59 if a late add was a false positive)", s)
 	}
 	for _, c := range codes {
 		if _, err := tb.Lookup(context.Background(), c); err != nil {

@@ -105,7 +105,7 @@ ticks_pid() { # utime+stime of the server: one process, or several (-p 1,2,3) su
 ticks_name() { # utime+stime, plus children reaped (postmaster reaps backends), of processes named $1
 	# cat, not awk on the files: a process can exit between the glob and the
 	# read, and awk stops at the first file it cannot open.
-	cat /proc/[0-9]*/stat 2>/dev/null | awk -v n="($1)" '$2 == n {s += $14 + $15 + $16 + $17} END {print s + 0}'
+	{ cat /proc/[0-9]*/stat 2>/dev/null || true; } | awk -v n="($1)" '$2 == n {s += $14 + $15 + $16 + $17} END {print s + 0}'
 }
 ticks_children() { # CPU of this shell's finished children (hey), in 1/100 s, from times output in $1
 	awk 'NR == 2 {

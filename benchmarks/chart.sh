@@ -14,7 +14,7 @@
 # `GET /{code}` | median | min–max | ratio | p99 |"); a step without a redirect
 # or create row is drawn without that bar. -a shades steps NN to MM in both
 # panels and writes the note above them (say, two steps that are the same
-# program measured twice).
+# program measured twice); two -a fit, each note on a line of its own.
 set -eu
 usage() { sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 notes=''
@@ -89,14 +89,20 @@ END {
 	printf "<text x=\"%d\" y=\"42\" fill=\"#555\">%s (hey, medians; whiskers: min to max of the runs)</text>\n", L, esc(runs == "" ? "runs not stated in the table" : runs)
 	printf "<text x=\"%d\" y=\"58\" fill=\"#555\">from %s, drawn by benchmarks/chart.sh; each step'"'"'s own doc has its own sitting'"'"'s figures, which differ</text>\n", L, esc(src)
 	# shaded notes, behind everything else
-	m = split(notes, nl, "\n")
+	# each note on a line of its own, the last one lowest, so that
+	# two notes side by side do not write over each other (two fit above the
+	# panel)
+	m = split(notes, nl, "\n"); cnt = 0; k = 0
+	for (j = 1; j <= m; j++) if (nl[j] != "") cnt++
+	if (cnt > 2) { print "chart.sh: at most two -a notes fit above the chart" > "/dev/stderr"; exit 1 }
 	for (j = 1; j <= m; j++) {
 		if (nl[j] == "") continue
+		k++
 		a = substr(nl[j], 1, 2); b = substr(nl[j], 4, 2); text = substr(nl[j], 7)
 		if (!(a in idx) || !(b in idx)) { print "chart.sh: -a " nl[j] ": no such step in " src > "/dev/stderr"; exit 1 }
 		x0 = L + gw * (idx[a] - 1); x1 = L + gw * idx[b]
 		printf "<rect x=\"%.1f\" y=\"%d\" width=\"%.1f\" height=\"%d\" fill=\"#eee\"/>\n", x0, T1 - 8, x1 - x0, T2 + P2 - T1 + 8
-		printf "<text x=\"%.1f\" y=\"%d\" font-size=\"11\" fill=\"#333\">%s</text>\n", x0 + 4, T1 - 12, esc(text)
+		printf "<text x=\"%.1f\" y=\"%d\" font-size=\"11\" fill=\"#333\">%s</text>\n", x0 + 4, T1 - 12 - 13 * (cnt - k), esc(text)
 	}
 	# ratio panel
 	for (y = 0; y <= rtop + 1e-9; y += rstep) {

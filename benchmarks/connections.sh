@@ -52,7 +52,7 @@ trap 'for d in $deployments; do REPLICAS_DIR=$d deploy/replicas.sh down >/dev/nu
 hz=$(getconf CLK_TCK)
 # cpu PIDS: user and system ticks of the processes (comma- or space-separated), summed.
 cpu() {
-	for p in $(echo "$1" | tr ',' ' '); do cat "/proc/$p/stat" 2>/dev/null; done | awk '{u += $14; s += $15} END {print u + 0, s + 0}'
+	for p in $(echo "$1" | tr ',' ' '); do cat "/proc/$p/stat" || exit 1; done | awk '{u += $14; s += $15} END {print u + 0, s + 0}'
 }
 
 # --- certificates: an ECDSA P-256 and an RSA-2048 one, for 127.0.0.1 ---

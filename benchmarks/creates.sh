@@ -70,11 +70,11 @@ newdb() {
 	dbs="$dbs $1"
 	newurl="${nq%/*}/$1${admin#"$nq"}"
 }
-ticks() { for p in $(echo "$1" | tr ',' ' '); do cat "/proc/$p/stat" 2>/dev/null; done | awk '{s += $14 + $15} END {print s + 0}'; }
+ticks() { for p in $(echo "$1" | tr ',' ' '); do cat "/proc/$p/stat" || exit 1; done | awk '{s += $14 + $15} END {print s + 0}'; }
 # pg_ticks: the CPU of every postgres process, and of those that have
 # ended (a backend ends with its connection, and the postmaster, its
 # parent, then holds its CPU in cutime and cstime).
-pg_ticks() { cat /proc/[0-9]*/stat 2>/dev/null | awk '$2 == "(postgres)" {s += $14 + $15 + $16 + $17} END {print s + 0}'; }
+pg_ticks() { { cat /proc/[0-9]*/stat 2>/dev/null || true; } | awk '$2 == "(postgres)" {s += $14 + $15 + $16 + $17} END {print s + 0}'; }
 hz=$(getconf CLK_TCK)
 header() { # header TITLE PART
 	echo "# $1"

@@ -177,7 +177,10 @@ cpu() {
 	ng=$(cat "$HOSTS_DIR/nginx/nginx.pid")
 	for p in "$ng" $(pgrep -P "$ng") $rp $cp; do files+=("/proc/$p/stat"); done
 	# Field 2 is the name in parentheses (none here has a space in it).
-	cat "${files[@]}" 2>/dev/null | awk '{ gsub(/[()]/, "", $2); print $1, $2, $14 + $15 + $16 + $17 }'
+	# A process can end between the listing and the read; cat then fails,
+	# and under pipefail the whole script stopped without a word (step
+	# 22's CI rehearsal, docs/22): what is gone is simply not counted.
+	{ cat "${files[@]}" 2>/dev/null || true; } | awk '{ gsub(/[()]/, "", $2); print $1, $2, $14 + $15 + $16 + $17 }'
 }
 
 # cpu_table BEFORE AFTER SECONDS REQUESTS: CPU by process name between two

@@ -1,6 +1,7 @@
 # lib.sh: what the sitting scripts share (cache.sh, nginx.sh, clicks.sh,
 # limits.sh, metrics.sh, writes.sh, onebox.sh, profile.sh; table.sh uses
-# freeport). POSIX sh. A script sources it from its own folder, before it
+# freeport; pair.sh freeport, start_redis, medians and the /proc readers).
+# POSIX sh. A script sources it from its own folder, before it
 # changes directory, then calls sitting:
 #   . "$(dirname "$0")/lib.sh"
 #   sitting cache go psql redis-server redis-cli curl hey vegeta
@@ -170,4 +171,18 @@ medians() {
 		printf "median"; for (c = 2; c <= nf; c++) { for (i = 1; i <= n; i++) x[i] = v[c, i]; printf " %s", med(x, n) }; printf "\n"
 		printf "min-max"; for (c = 2; c <= nf; c++) printf " %s-%s", lo[c], hi[c]; printf "\n"
 	}'
+}
+
+# ticks_named NAME: the CPU ticks (user + system, with the children each
+# has reaped: a postmaster holds its ended backends') of every process so
+# named. A process can end between the glob and the read: cat then fails,
+# which must not end a script run with pipefail; what has ended is simply
+# not counted. (Older sitting scripts keep copies of their own; pair.sh, step
+# 22, uses this one.)
+ticks_named() {
+	{ cat /proc/[0-9]*/stat 2>/dev/null || true; } | awk -v n="($1)" '$2 == n {s += $14 + $15 + $16 + $17} END {print s + 0}'
+}
+# ticks_of PID: user + system ticks of one process, 0 if it has ended.
+ticks_of() {
+	{ cat "/proc/$1/stat" 2>/dev/null || true; } | awk '{s += $14 + $15} END {print s + 0}'
 }

@@ -88,9 +88,9 @@ commit="$(git rev-parse --short=12 HEAD)$(git diff --quiet HEAD -- . ':!benchmar
 go build -o "$tmp/app" .
 
 ticks() {
-	for p in $(echo "$1" | tr ',' ' '); do cat "/proc/$p/stat" 2>/dev/null; done | awk '{s += $14 + $15} END {print s + 0}'
+	for p in $(echo "$1" | tr ',' ' '); do cat "/proc/$p/stat" || exit 1; done | awk '{s += $14 + $15} END {print s + 0}'
 }
-ticks_name() { cat /proc/[0-9]*/stat 2>/dev/null | awk -v n="($1)" '$2 == n {s += $14 + $15 + $16 + $17} END {print s + 0}'; }
+ticks_name() { { cat /proc/[0-9]*/stat 2>/dev/null || true; } | awk -v n="($1)" '$2 == n {s += $14 + $15 + $16 + $17} END {print s + 0}'; }
 hz=$(getconf CLK_TCK)
 rps() { awk '/^Requests\/sec:/ {print $2}' "$1"; }
 nresp() { awk '/requests in/ {print $1}' "$1"; }

@@ -72,9 +72,9 @@ go build -o "$tmp/statsgen" ./benchmarks/statsgen
 nq=${admin%%\?*}
 dburl="${nq%/*}/$db${admin#"$nq"}"
 
-ticks() { for p in $(echo "$1" | tr ',' ' '); do cat "/proc/$p/stat" 2>/dev/null; done | awk '{s += $14 + $15} END {print s + 0}'; }
+ticks() { for p in $(echo "$1" | tr ',' ' '); do cat "/proc/$p/stat" || exit 1; done | awk '{s += $14 + $15} END {print s + 0}'; }
 # pg_ticks: the CPU of every postgres process (the server's, whoever asked).
-pg_ticks() { cat /proc/[0-9]*/stat 2>/dev/null | awk '$2 == "(postgres)" {s += $14 + $15} END {print s + 0}'; }
+pg_ticks() { { cat /proc/[0-9]*/stat 2>/dev/null || true; } | awk '$2 == "(postgres)" {s += $14 + $15} END {print s + 0}'; }
 hz=$(getconf CLK_TCK)
 rps() { awk '/^Requests\/sec:/ {print $2}' "$1"; }
 nresp() { awk '/requests in/ {print $1}' "$1"; }

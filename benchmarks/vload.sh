@@ -155,7 +155,7 @@ ticks_pid() { # utime+stime of process $1, or - if it is gone
 ticks_name() { # utime+stime, plus children reaped (postmaster reaps backends), of processes named $1
 	# cat, not awk on the files: a process can exit between the glob and the
 	# read, and awk stops at the first file it cannot open.
-	cat /proc/[0-9]*/stat 2>/dev/null | awk -v n="($1)" '$2 == n {s += $14 + $15 + $16 + $17} END {print s + 0}'
+	{ cat /proc/[0-9]*/stat 2>/dev/null || true; } | awk -v n="($1)" '$2 == n {s += $14 + $15 + $16 + $17} END {print s + 0}'
 }
 snapshot() {
 	for p in $pids; do printf '%s ' "$(ticks_pid "$p")"; done
