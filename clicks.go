@@ -4,10 +4,27 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
 )
+
+// click is one redirect that counts: which link, when, and what the
+// request said of who followed it. The handler copies these out of the
+// request (no parsing on the request's path); the click worker classifies,
+// hashes and sums them off it.
+type click struct {
+	code    string
+	at      time.Time
+	client  netip.Addr // clientIP: never stored, only hashed into a sketch
+	referer string     // the Referer header as sent
+	agent   string     // the User-Agent header as sent
+	// counted says that the link's total in click_counts has this click
+	// already: a link with max_clicks counts each click on the request's
+	// path (Store.TakeClick), and goes through the queue for its stats only.
+	counted bool
+}
 
 // clickRecorder counts a click on a link. The redirect handler calls it
 // after a successful GET (a cache hit counts too: counting is not storage).

@@ -168,10 +168,11 @@ func TestClicksAddUpAcrossInstances(t *testing.T) {
 // HEAD requests and the API are not clicks.
 func TestRunCountsEveryClick(t *testing.T) {
 	dbURL := testDatabase(t)
-	opts, _ := testRedis(t)
+	opts, prefix := testRedis(t)
 	env := map[string]string{
 		"ADDR": "127.0.0.1:0", "DATABASE_URL": dbURL, "REDIS_URL": fmt.Sprintf("redis://%s/%d", opts.Addr, opts.DB),
-		"CLICK_FLUSH": "1m", // nothing is written before the shutdown
+		"REDIS_KEY_PREFIX": prefix, // the test's own keys, removed at its end
+		"CLICK_FLUSH":      "1m",   // nothing is written before the shutdown
 	}
 	base, stop, _ := startRun(t, env)
 	code := shorten(t, base, "https://go.dev/clicks")

@@ -73,3 +73,73 @@ func normalizeLines(s string) string {
 	}
 	return strings.Join(lines, "\n")
 }
+
+// TestConfigurationDocumented: every environment variable the program
+// reads is in a table of docs/configuration.md, and every one there is
+// read, so that the reference and the code cannot drift apart.
+func TestConfigurationDocumented(t *testing.T) {
+	doc, err := os.ReadFile("docs/configuration.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	documented := map[string]bool{}
+	firstCell := regexp.MustCompile(`(?m)^\| ([^|]*)\|`)
+	name := regexp.MustCompile("`([A-Z][A-Z0-9_]*)`")
+	for _, cell := range firstCell.FindAllStringSubmatch(string(doc), -1) {
+		for _, n := range name.FindAllStringSubmatch(cell[1], -1) {
+			documented[n[1]] = true
+		}
+	}
+	read := map[string]bool{}
+	if _, err := loadConfig(func(k string) string { read[k] = true; return "" }); err != nil {
+		t.Fatalf("loadConfig with nothing set: %v", err)
+	}
+	if len(read) < 40 {
+		t.Fatalf("loadConfig asked for %d variables; the recording getenv saw too few to trust", len(read))
+	}
+	for n := range read {
+		if !documented[n] {
+			t.Errorf("%s is read by loadConfig but has no row in docs/configuration.md", n)
+		}
+	}
+	for n := range documented {
+		if !read[n] {
+			t.Errorf("%s has a row in docs/configuration.md but loadConfig never reads it", n)
+		}
+	}
+}
+
+// TestDocLinksResolve: every relative link in the README, the article and
+// the docs names a file that is in the tree (after step 23 moved the
+// README's reference tables into docs/).
+func TestDocLinksResolve(t *testing.T) {
+	files := []string{"README.md", "article.md", "benchmarks/README.md"}
+	docs, err := filepath.Glob("docs/*.md")
+	if err != nil || len(docs) == 0 {
+		t.Fatalf("no docs found (err %v)", err)
+	}
+	files = append(files, docs...)
+	link := regexp.MustCompile(`\]\(([^)\s]+)\)`)
+	code := regexp.MustCompile("`[^`\n]*`") // Go code such as f[int](x) is not a link
+	checked := 0
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range link.FindAllStringSubmatch(code.ReplaceAllString(string(b), ""), -1) {
+			target := m[1]
+			if strings.Contains(target, "://") || strings.HasPrefix(target, "#") || strings.HasPrefix(target, "mailto:") {
+				continue
+			}
+			target, _, _ = strings.Cut(target, "#")
+			if _, err := os.Stat(filepath.Join(filepath.Dir(f), target)); err != nil {
+				t.Errorf("%s links to %s, which is not there", f, m[1])
+			}
+			checked++
+		}
+	}
+	if checked < 100 {
+		t.Errorf("checked %d links; expected hundreds (did the pattern stop matching?)", checked)
+	}
+}

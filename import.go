@@ -232,7 +232,8 @@ func copyRows(ctx context.Context, db *sql.DB, rows []importRow, timeout time.Du
 
 // copyRowsIn sends rows to COPY table (code, url, token_hash) FROM STDIN.
 func copyRowsIn(ctx context.Context, tx *sql.Tx, table string, rows []importRow) error {
-	cp, err := tx.PrepareContext(ctx, pq.CopyIn(table, "code", "url", "token_hash"))
+	// The statement pq.CopyIn built, written out (the builder is deprecated).
+	cp, err := tx.PrepareContext(ctx, "COPY "+pq.QuoteIdentifier(table)+" (code, url, token_hash) FROM STDIN")
 	if err != nil {
 		return err
 	}

@@ -14,7 +14,10 @@ import (
 )
 
 func importEnv(dsn string, more ...string) func(string) string {
-	env := map[string]string{"DATABASE_URL": dsn}
+	// DB_TIMEOUT at the most an import allows (a chunk of importChunk
+	// rows must commit within it): the default 500 ms failed TestImport
+	// on a machine busy with three suites and three hosts (step 23).
+	env := map[string]string{"DATABASE_URL": dsn, "DB_TIMEOUT": "5s"}
 	for i := 0; i+1 < len(more); i += 2 {
 		env[more[i]] = more[i+1]
 	}

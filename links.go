@@ -146,13 +146,13 @@ func tokenMatches(stored, presented []byte) bool {
 func bearerHash(h http.Header) ([]byte, error) {
 	values := h.Values("Authorization")
 	if len(values) != 1 {
-		return nil, fmt.Errorf("%w: send one header Authorization: Bearer <token>", ErrUnauthorized)
+		return nil, fmt.Errorf("%w: send one header Authorization: Bearer TOKEN", ErrUnauthorized)
 	}
 	scheme, token, ok := strings.Cut(values[0], " ")
 	// The scheme is case-insensitive (RFC 9110, section 11.1); the token
 	// is compared by its length first, so that a 10 KB one costs nothing.
 	if !ok || !strings.EqualFold(scheme, "Bearer") || len(token) != tokenLen {
-		return nil, fmt.Errorf("%w: send Authorization: Bearer <token>, the token the create answered with", ErrUnauthorized)
+		return nil, fmt.Errorf("%w: send Authorization: Bearer TOKEN, the token the create answered with", ErrUnauthorized)
 	}
 	raw, err := base64.RawURLEncoding.Strict().DecodeString(token)
 	if err != nil || len(raw) != tokenBytes {

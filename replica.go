@@ -30,6 +30,10 @@ type replicaReads struct {
 	// timeout (DB_TIMEOUT) bounds a read, the replica's try and the
 	// primary's together; 0 leaves each store to its own deadline.
 	timeout time.Duration
+	// replicaWait is the replica's share of a read: 0 means replicaTimeout
+	// (the app's). A test that is not about a slow replica sets more, so
+	// that a busy machine does not turn its replica reads into failures.
+	replicaWait time.Duration
 }
 
 // budget returns ctx bounded by the read's whole deadline, and the
@@ -39,7 +43,11 @@ func (r *replicaReads) budget(ctx context.Context) (read, replica context.Contex
 	if r.timeout > 0 {
 		ctx, cancelRead = context.WithTimeout(ctx, r.timeout)
 	}
-	rctx, cancelReplica := context.WithTimeout(ctx, replicaTimeout)
+	wait := r.replicaWait
+	if wait == 0 {
+		wait = replicaTimeout
+	}
+	rctx, cancelReplica := context.WithTimeout(ctx, wait)
 	return ctx, rctx, func() { cancelReplica(); cancelRead() }
 }
 

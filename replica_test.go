@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/url"
+	"sync"
 	"testing"
 	"time"
 
@@ -37,7 +38,9 @@ func TestReplicaReadsFallBack(t *testing.T) {
 	behind := openReplicaOn(t, behindDSN)
 	m := newMetrics(prometheus.NewRegistry())
 	primary.lookups, behind.lookups = m.dbLookups(), m.dbLookups()
-	r := &replicaReads{Store: primary, replica: behind, counts: m.replicaResults()}
+	// Far above what a lookup takes on a busy machine: this test is about
+	// which server answers, not how fast (TestReplicaReadsStalled is).
+	r := &replicaReads{Store: primary, replica: behind, counts: m.replicaResults(), replicaWait: 10 * time.Second}
 	ctx := context.Background()
 
 	if err := r.Save(ctx, "fresh01", NewLink{URL: "https://go.dev/fresh"}); err != nil {
@@ -87,7 +90,7 @@ func TestReplicaReadsFailing(t *testing.T) {
 	broken := openReplicaOnUnprepared(t, testDatabase(t))
 	m := newMetrics(prometheus.NewRegistry())
 	primary.lookups, broken.lookups = m.dbLookups(), m.dbLookups()
-	r := &replicaReads{Store: primary, replica: broken, counts: m.replicaResults()}
+	r := &replicaReads{Store: primary, replica: broken, counts: m.replicaResults(), replicaWait: 10 * time.Second}
 	ctx := context.Background()
 	if err := r.Save(ctx, "saved01", NewLink{URL: "https://go.dev/"}); err != nil {
 		t.Fatal(err)
@@ -106,6 +109,48 @@ func TestReplicaReadsFailing(t *testing.T) {
 		if got := testutil.ToFloat64(m.lookups.WithLabelValues(tt.result)); got != tt.want {
 			t.Errorf("db lookups %s = %v, want %v", tt.result, got, tt.want)
 		}
+	}
+}
+
+// TestReplicaWaitsForSchema: an instance started beside a fresh primary
+// may reach its replica before the replica has replayed the schema. Opening
+// it waits for the links table (asked again until migrateTimeout) instead
+// of failing, which made an app exit at start on three hosts (step 23).
+func TestReplicaWaitsForSchema(t *testing.T) {
+	dsn := testDatabase(t) // no schema: the replica has not replayed it yet
+	waiting := make(chan struct{})
+	var once sync.Once
+	onSchemaWait = func() { once.Do(func() { close(waiting) }) }
+	t.Cleanup(func() { onSchemaWait = func() {} })
+	pool := testPool
+	pool.readOnly = true
+	type result struct {
+		s   *pgStore
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		s, err := openPostgres(context.Background(), dsn, pool)
+		done <- result{s, err}
+	}()
+	select {
+	case <-waiting: // it found no table, and waits for one
+	case r := <-done:
+		t.Fatalf("open returned before any table existed: %v", r.err)
+	}
+	// The schema reaches the replica: a primary's migration on it.
+	primary, err := openPostgres(context.Background(), dsn, testPool)
+	if err != nil {
+		t.Fatalf("migrate: %v", err)
+	}
+	closeOnCleanup(t, primary)
+	r := <-done
+	if r.err != nil {
+		t.Fatalf("open replica after the schema arrived: %v", r.err)
+	}
+	closeOnCleanup(t, r.s)
+	if _, err := r.s.Lookup(context.Background(), "nothere"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("lookup on the opened replica: %v, want ErrNotFound", err)
 	}
 }
 

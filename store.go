@@ -7,6 +7,29 @@ import (
 	"time"
 )
 
+// Store is where links live: memoryStore (step 01) or pgStore (step 02),
+// and the caches and wrappers in front of them, each a Store around a Store.
+// Save returns ErrCodeTaken if code is in use; Lookup returns ErrNotFound.
+type Store interface {
+	Save(ctx context.Context, code string, l NewLink) error
+	// Lookup returns what a redirect needs; a deleted link is a Target
+	// with Deleted set, so that caches can keep the tombstone.
+	Lookup(ctx context.Context, code string) (Target, error)
+	// Link returns a link with its creation time and clicks, or ErrNotFound.
+	Link(ctx context.Context, code string) (Link, error)
+	// AddClicks adds one click for each entry of codes (a code may repeat).
+	AddClicks(ctx context.Context, codes []string) error
+	// Change edits or deletes a link whose token hashes to tokenHash, and
+	// returns it as it now is: ErrNotFound, ErrGone (deleted already) or
+	// ErrForbidden change nothing. Each cache in front drops (or
+	// replaces) what it holds of the code once the store has committed.
+	Change(ctx context.Context, code string, tokenHash []byte, ch LinkChange) (Link, error)
+	// TakeClick counts a click of a link with max_clicks (if count; a HEAD
+	// does not), and reports whether the link had a click left: false
+	// means 410, and nothing counted.
+	TakeClick(ctx context.Context, code string, count bool) (bool, error)
+}
+
 // Link is a short link and what is known about it.
 type Link struct {
 	Code      string

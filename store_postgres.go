@@ -228,7 +228,7 @@ func (s *pgStore) prepare(ctx context.Context, lookupOnly bool) error {
 	ctx, cancel := context.WithTimeout(ctx, migrateTimeout)
 	defer cancel()
 	var err error
-	if s.lookup, err = s.db.PrepareContext(ctx, lookupSQL); err != nil {
+	if s.lookup, err = s.prepareLookup(ctx, lookupOnly); err != nil {
 		return fmt.Errorf("store: prepare lookup: %w", err)
 	}
 	if lookupOnly {
@@ -238,6 +238,35 @@ func (s *pgStore) prepare(ctx context.Context, lookupOnly bool) error {
 		return fmt.Errorf("store: prepare insert: %w", err)
 	}
 	return nil
+}
+
+// schemaRetry is how often a replica is asked again for a table it has
+// not replayed yet; onSchemaWait is called before each wait (tests set it).
+const schemaRetry = 250 * time.Millisecond
+
+var onSchemaWait = func() {}
+
+// prepareLookup prepares the lookup. A replica (lookupOnly) may not have
+// replayed the primary's schema yet when an instance starts beside a fresh
+// primary (three hosts started at once): an undefined table there is
+// waited out, asked again every schemaRetry until ctx ends, not a reason
+// to exit. The primary has just migrated, so there it is an error at once.
+func (s *pgStore) prepareLookup(ctx context.Context, lookupOnly bool) (*sql.Stmt, error) {
+	for {
+		stmt, err := s.db.PrepareContext(ctx, lookupSQL)
+		var pqErr *pq.Error
+		if err == nil || !lookupOnly || !errors.As(err, &pqErr) || pqErr.Code != "42P01" {
+			return stmt, err
+		}
+		onSchemaWait()
+		t := time.NewTimer(schemaRetry)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, fmt.Errorf("the replica has no links table yet (waited for it to replay the schema): %w", err)
+		case <-t.C:
+		}
+	}
 }
 
 // migrate runs sql/schema.sql. Several copies of the app may start at once

@@ -261,4 +261,11 @@ if want import; then
 		done
 	} >"$out/18-import.txt"
 fi
+# The result on the terminal too: each output's column names, medians and
+# ranges (with -q and no -o the files go with tmp).
+for f in "$out"/18-*.txt; do
+	[ -f "$f" ] || continue
+	echo "== ${f##*/}"
+	grep -E '^# (round|median|min-max)' "$f" || true
+done
 outputs_note

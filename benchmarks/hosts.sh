@@ -63,10 +63,25 @@ keep=$out
 mkdir -p "$out"
 rp='' cp='' wp=''
 cleanup() {
+	local rc=$? kept h
 	# The load and the roles loop first: they would go on for the rest
 	# of their run, asking hosts that are gone.
 	for p in $rp $cp $wp; do kill "$p" 2>/dev/null || true; done
 	wait 2>/dev/null || true
+	if [ "$rc" != 0 ]; then
+		# A failure keeps every host's logs (deploy/hosts.sh down deletes
+		# them) and says where, with the apps' last lines.
+		kept=$(mktemp -d "${TMPDIR:-/tmp}/hosts-failed.XXXXXX")
+		mkdir -p "$kept/hosts"
+		(cd "$HOSTS_DIR" 2>/dev/null && find . -name '*.log' -exec cp --parents {} "$kept/hosts/" \;) 2>/dev/null || true
+		cp "$tmp"/*.log "$kept/" 2>/dev/null || true
+		for h in h1 h2 h3; do
+			[ -f "$kept/hosts/$h/app.log" ] || continue
+			echo "hosts.sh: last lines of $h's app log:" >&2
+			tail -n 15 "$kept/hosts/$h/app.log" >&2
+		done
+		echo "hosts.sh: failed (status $rc); every host's logs are kept in $kept" >&2
+	fi
 	deploy/hosts.sh down >/dev/null 2>&1 || true
 	rm -rf "$tmp"
 }

@@ -27,7 +27,15 @@ sitting() {
 		command -v "$_tool" >/dev/null || { echo "$_name.sh: $_tool not found (see benchmarks/README.md)" >&2; exit 1; }
 	done
 	case $out in '' | /*) ;; *) out="$PWD/$out" ;; esac
+	# deploy/services.sh up (or env) exports ADMIN_DATABASE_URL; the system's
+	# Postgres only when it is unset.
 	admin=${ADMIN_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable}
+	if command -v psql >/dev/null && ! psql "$admin" -XAtqc 'select 1' >/dev/null 2>&1; then
+		_how='as set'
+		[ -n "${ADMIN_DATABASE_URL:-}" ] || _how='unset, so the port of a system Postgres'
+		echo "$_name.sh: no Postgres answers at ADMIN_DATABASE_URL ($_how: $admin). Run eval \"\$(deploy/services.sh up)\", which sets it, or set it" >&2
+		exit 1
+	fi
 	repo=$(git rev-parse --show-toplevel)
 	cd "$repo"
 	here=benchmarks

@@ -222,5 +222,5 @@ if want speed; then
 	} >"$out/19-page.txt"
 fi
 
-for f in "$out"/19-*.txt; do echo "== $(basename "$f")"; grep -E '^# (median|min-max|first|then|a second|healthz|index|stats|script) ' "$f" || true; done
+for f in "$out"/19-*.txt; do echo "== $(basename "$f")"; grep -E '^# (round|with wrk: round|median|min-max|first|then|a second|healthz|index|stats|script) ' "$f" || true; done
 outputs_note

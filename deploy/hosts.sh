@@ -43,8 +43,16 @@ bridge=shbr0
 net=10.77.0
 
 say() { printf 'hosts: %s\n' "$*" >&2; }
+# dump_log: a log whose last lines die prints, while a wait on the process
+# writing it is under way (a failure that names its cause on the spot,
+# since benchmarks/hosts.sh removes the folder when it ends).
+dump_log=''
 die() {
 	say "$*"
+	if [[ -n $dump_log && -f $dump_log ]]; then
+		say "last lines of $dump_log:"
+		tail -n 30 "$dump_log" >&2
+	fi
 	exit 1
 }
 ip_of() { echo "$net.1${1#h}"; }  # h2 -> 10.77.0.12
@@ -266,6 +274,14 @@ start_app() {
 		"$dir/shortener"
 }
 
+# wait_app H: the app in H answers /healthz; if not within 60 s, the
+# last lines of its log say why.
+wait_app() {
+	dump_log=$dir/$1/app.log
+	wait_for "the app in $1" 60 curl -sf -m 1 "http://$(ip_of "$1"):8080/healthz"
+	dump_log=''
+}
+
 # write_nginx: the project's edge config, deploy/nginx.conf (its
 # retries, timeouts and limits, explained there), with the six files it
 # includes: here, the three hosts' apps as its upstreams.
@@ -396,7 +412,7 @@ cmd_up() {
 	for h in "${hosts[@]}"; do wait_for "Sentinel in $h" 30 redis-cli -h "$(ip_of "$h")" -p 26379 ping; done
 	say "the apps"
 	for h in "${hosts[@]}"; do start_app "$h"; done
-	for h in "${hosts[@]}"; do wait_for "the app in $h" 60 curl -sf -m 1 "http://$(ip_of "$h"):8080/healthz"; done
+	for h in "${hosts[@]}"; do wait_app "$h"; done
 	write_nginx
 	ngx -t -q || die "nginx -t failed on $dir/nginx/nginx.conf"
 	ngx
@@ -446,7 +462,7 @@ cmd_restore() {
 	start_redis "$h" "$(ip_of "$m")"
 	start_sentinel "$h" "$(ip_of "$m")"
 	start_app "$h"
-	wait_for "the app in $h" 60 curl -sf -m 1 "http://$(ip_of "$h"):8080/healthz"
+	wait_app "$h"
 	say "$h restored"
 }
 

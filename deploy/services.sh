@@ -307,6 +307,11 @@ up_nginx() {
 	printf 'listen 127.0.0.1:%s;\n' "$nginx_port" >"$ngx_dir/listen.conf"
 	printf 'server 127.0.0.1:%s max_fails=3 fail_timeout=3s;\n' "$app" >"$ngx_dir/upstreams.conf"
 	printf 'access_log off;\n' >"$ngx_dir/logging.conf"
+	# The other files nginx.conf includes, as deploy/replicas.sh writes
+	# them by default: connections per client, upstream keep-alive, no TLS.
+	printf 'limit_conn per_client 100;\n' >"$ngx_dir/limit_conn.conf"
+	printf 'keepalive 32;\nkeepalive_timeout 30s;\nkeepalive_requests 10000;\n' >"$ngx_dir/upstream_keepalive.conf"
+	: >"$ngx_dir/tls.conf"
 	"$nginx_bin" -p "$ngx_dir/" -c "$ngx_dir/nginx.conf" -e "$ngx_dir/error.log" || {
 		tail -n 20 "$ngx_dir/error.log" >&2 || true
 		die "nginx did not start; its log: $(show "$ngx_dir")/error.log"
@@ -350,6 +355,8 @@ print_env() {
 	printf "export REDIS_URL='redis://127.0.0.1:%s/0'\n" "$redis_port"
 	printf "export TEST_DATABASE_URL='%s'\n" "$admin"
 	printf "export TEST_REDIS_URL='redis://127.0.0.1:%s/0'\n" "$redis_port"
+	# What benchmarks/*.sh make and drop their databases with.
+	printf "export ADMIN_DATABASE_URL='%s'\n" "$admin"
 }
 
 # stop PID NAME SIGNAL: signal, then wait up to 15 s; SIGKILL past that.
@@ -424,8 +431,8 @@ cmd_down() {
 		stop "$pid" postgres INT
 	fi
 	rm -f "$dir/ports"
-	say "down: nothing from $(show "$dir") runs (data kept; deploy/services.sh clean deletes it)"
-	printf 'unset DATABASE_URL REDIS_URL TEST_DATABASE_URL TEST_REDIS_URL\n'
+	[ -n "${cleaning:-}" ] || say "down: stopped; nothing from $(show "$dir") runs, its data is still there (deploy/services.sh clean deletes it)"
+	printf 'unset DATABASE_URL REDIS_URL TEST_DATABASE_URL TEST_REDIS_URL ADMIN_DATABASE_URL\n'
 }
 
 cmd_status() {
@@ -443,10 +450,10 @@ cmd_status() {
 }
 
 cmd_clean() {
-	cmd_down >/dev/null
+	cleaning=1 cmd_down >/dev/null
 	rm -rf "$dir"
 	say "clean: deleted $(show "$dir")"
-	printf 'unset DATABASE_URL REDIS_URL TEST_DATABASE_URL TEST_REDIS_URL\n'
+	printf 'unset DATABASE_URL REDIS_URL TEST_DATABASE_URL TEST_REDIS_URL ADMIN_DATABASE_URL\n'
 }
 
 cmd=${1:-}

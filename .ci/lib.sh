@@ -1,0 +1,126 @@
+# .ci/lib.sh: what .ci/run and .ci/job share: messages, the README's test
+# command with its checks (run_tests), and the retry of a landed step's
+# known erratum. Sourced, never run; the caller sets -euo pipefail.
+
+log() { printf '\n=== %s\n' "$*"; }
+fail() {
+	printf 'ci: FAIL: %s\n' "$*" >&2
+	exit 1
+}
+
+total=0       # tests passed in this process's run_tests calls
+gomaxprocs='' # set for one run_tests call: GOMAXPROCS for its go test
+
+# test_flags: the README's test command (go test -race -count=1 ./...), with
+# -v so that a skipped test shows. Part of the result cache's key (.ci/job).
+test_flags='-race -count=1 -timeout 45m -v'
+
+# run_tests DIR LABEL [GO TEST FLAGS...]: the README's test command in DIR,
+# against TEST_DATABASE_URL and TEST_REDIS_URL. Extra flags come after the
+# README's (a later -count wins). Fails on a failed or skipped test; prints
+# "N passed, 0 failed (S s)" and adds N to total.
+run_tests() {
+	local dir=$1 label=$2 out start
+	shift 2
+	out=$(mktemp)
+	start=$(date +%s)
+	# -timeout: go test's default, 10 minutes for the whole run, is less
+	# than several runs of the suite take (step 18: 170 s each under CI).
+	# shellcheck disable=SC2086 # test_flags is a list of words
+	(cd "$dir" && env ${gomaxprocs:+GOMAXPROCS=$gomaxprocs} go test $test_flags "$@" ./...) >"$out" 2>&1 || {
+		# The failures first, with what they printed: with -count=2 the
+		# tail alone can be another package's passes.
+		grep -B1 -A40 -- '--- FAIL\|^panic:\|DATA RACE' "$out" | grep -v '^=== \(RUN\|PAUSE\|CONT\)' | head -n 300 || true
+		# What the tests said (t.Error, t.Log): in -v output a subtest's
+		# messages come before its --- FAIL line, far from it.
+		echo '... what the tests said:'
+		grep -E -A6 '^[[:space:]]+[A-Za-z0-9_]+_test\.go:[0-9]+: ' "$out" | head -n 150 || true
+		echo '...'
+		grep -v '^=== \(RUN\|PAUSE\|CONT\)' "$out" | tail -n 60
+		if retry_known_flake "$dir" "$label" "$out"; then
+			rm -f "$out"
+			return 0
+		fi
+		fail "$label: tests failed"
+	}
+	if grep -q -- '--- SKIP' "$out"; then
+		grep -B2 -A3 -- '--- SKIP' "$out"
+		fail "$label: a test was skipped; CI runs every test against real services"
+	fi
+	grep -E '^(ok|FAIL|---)' "$out" | grep -v -- '--- PASS' || true
+	passed=$(grep -c -- '--- PASS' "$out")
+	total=$((total + passed))
+	printf '%s passed, 0 failed (%d s)\n' "$passed" "$(($(date +%s) - start))"
+	rm -f "$out"
+}
+
+# Errata of landed steps, which are never rewritten: a test that can fail
+# at those steps for a reason a later step fixed. At those steps only, and
+# for that test only, a failure is retried up to 3 times, and the retry is
+# printed. Any other failure fails CI. Each line: the steps, the test, why.
+#   - TestGroupCommitAcknowledgesOnlyCommitted (steps 10-11) cut Postgres
+#     connections on a timer, and on a fast machine every save could finish
+#     before the first cut ("1200 acknowledged, 0 failed: want some of
+#     each"). Step 12 made it cut on progress.
+#   - TestIdleConnsBounded (steps 12-18) opened each connection as soon as
+#     it had its answer, before the server had marked the last one idle;
+#     the server then counted one more open connection and closed a sixth
+#     ("kept connection 8 read EOF, want its second answer"; seen once in
+#     CI at step 13). Step 19 makes it wait for the server's state.
+#   - TestBloomRebuildsWhenFull (steps 15-21) wanted exactly 60 codes
+#     counted after the rebuild; a code the rebuild's scan did not read,
+#     that the new filter held already by a false positive, is not counted
+#     ("{codes:59 capacity:102 trusted:true}"; seen once in CI at step
+#     15, at most one run in 280, a computed bound). Step 22 allows two
+#     such miscounts.
+#   - TestReplicaReadsFallBack (steps 12-22) gave the replica the app's
+#     100 ms per read; on a machine running three suites at once (step
+#     23's CI) a read took longer and went to the primary ("db lookups
+#     error = 2, want 0", seen at step 17 in step 23's pool). Step 23 gives
+#     the test 10 s.
+#   - TestImport (steps 18-22) had each chunk of 5,000 rows commit within
+#     the default DB_TIMEOUT, 500 ms ("copy: context deadline exceeded",
+#     seen at HEAD in step 23's pool). Step 23 gives it 5 s.
+known_flakes='
+10 11|TestGroupCommitAcknowledgesOnlyCommitted|a known erratum of steps 10-11, fixed in step 12
+12 13 14 15 16 17 18|TestIdleConnsBounded|a known erratum of steps 12-18, fixed in step 19
+15 16 17 18 19 20 21|TestBloomRebuildsWhenFull|a known erratum of steps 15-21, fixed in step 22
+12 13 14 15 16 17 18 19 20 21 22|TestReplicaReadsFallBack|a known erratum of steps 12-22 on a busy machine, fixed in step 23
+18 19 20 21 22|TestImport|a known erratum of steps 18-22 on a busy machine, fixed in step 23
+'
+retry_known_flake() { # DIR LABEL OUTPUT: 0 if every failure was a known one at its steps and a retry of each passed
+	local dir=$1 label=$2 out=$3 nn try steps test why failed known='' t
+	nn=${label#step }
+	failed=$(grep -E '^    --- FAIL|^--- FAIL' "$out" | sed 's/.*FAIL: \([^ ]*\).*/\1/' | sed 's|/.*||' | sort -u)
+	[ -n "$failed" ] || return 1
+	while IFS='|' read -r steps test why; do
+		[ -n "$steps" ] || continue
+		case " $steps " in *" $nn "*) known="$known $test" ;; esac
+	done <<FLAKES
+$known_flakes
+FLAKES
+	for t in $failed; do
+		case " $known " in *" $t "*) ;; *) return 1 ;; esac
+	done
+	# Only those tests failed, in the root package, as tests: not a
+	# panic, a build, a race outside them, or another package.
+	if grep -qE '^panic:|\[(build|setup) failed\]|^WARNING: DATA RACE' "$out" ||
+		[ "$(grep -cE '^FAIL[[:space:]]' "$out")" != 1 ] || ! grep -qE '^FAIL[[:space:]]+shortener[[:space:]]' "$out"; then
+		return 1
+	fi
+	for t in $failed; do
+		why=$(printf '%s\n' "$known_flakes" | awk -F'|' -v t="$t" '$2 == t { print $3; exit }')
+		for try in 1 2 3 4; do
+			[ "$try" -le 3 ] || return 1
+			echo "ci: $label: $t failed ($why); retry $try of 3"
+			if (cd "$dir" && go test -race -count=1 -run "^$t\$" .); then
+				break
+			fi
+		done
+	done
+	# The rest of the suite passed in the first run: count it.
+	passed=$(grep -c -- '--- PASS' "$out")
+	total=$((total + passed + $(echo "$failed" | wc -w)))
+	printf '%s passed, 0 failed (after a retry of %s)\n' "$((passed + $(echo "$failed" | wc -w)))" "$(echo $failed)"
+	return 0
+}
