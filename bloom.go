@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/bits-and-blooms/bloom/v3"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // A flood of unknown codes (a scanner, a typo in a mail campaign, links
@@ -141,14 +142,26 @@ type bloomStore struct {
 	unconfirmed map[string]struct{}
 }
 
+// bloomSweep is how the filter's sweep runs (bloomsweep.go): every every
+// (0 = never), over the codes created since the last one less margin
+// (sweepMarginFor: the store's DB_TIMEOUT and some slack), dropping what
+// it finds from neg (nil: no negative cache).
+type bloomSweep struct {
+	every, margin time.Duration
+	neg           *negCache
+}
+
+// noSweep is a filter that is never swept (the tests' usual one).
+var noSweep = bloomSweep{margin: sweepMarginFor(defaultDBTimeout)}
+
 // newBloomStore puts a filter in front of store, to be built from db by
 // run. alone says there is no feed (no Redis): this instance sees every
 // create itself, and trusts its filter once built.
-func newBloomStore(store Store, db *sql.DB, fpRate float64, alone bool, counts bloomCounts, log *slog.Logger) *bloomStore {
+func newBloomStore(store Store, db *sql.DB, fpRate float64, alone bool, sweep bloomSweep, counts bloomCounts, log *slog.Logger) *bloomStore {
 	return &bloomStore{
 		Store: store, db: db, fpRate: fpRate, counts: counts, log: log,
 		minCapacity: bloomMinCapacity, batch: bloomBatch, retry: bloomRetry, feedWait: bloomFeedWait,
-		sweepMargin: sweepMarginFor(defaultDBTimeout),
+		sweepEvery: sweep.every, sweepMargin: sweep.margin, neg: sweep.neg,
 		sweepWarns:  &sampledLog{every: time.Minute}, // logs through b.log (warnTo)
 		kick:        make(chan struct{}, 1),
 		feedUp:      alone,
@@ -528,4 +541,24 @@ func (b *bloomStore) resync(ctx context.Context) error {
 	b.log.Info("bloom filter resynced from postgres", "since", since, "codes", n, "took", time.Since(start))
 	b.setTrust()
 	return nil
+}
+
+// collectors export the filter's state, read at each scrape: how many
+// codes it holds, how many it was sized for, and whether its "no" is
+// believed now.
+func (b *bloomStore) collectors() []prometheus.Collector {
+	return []prometheus.Collector{
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: metricsNamespace, Name: "bloom_codes",
+			Help: "Codes added to the Bloom filter (0 until it is built)."}, func() float64 { return float64(b.stats().codes) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: metricsNamespace, Name: "bloom_capacity",
+			Help: "Codes the Bloom filter was sized for at BLOOM_FP_RATE; past it, it is rebuilt bigger."}, func() float64 { return float64(b.stats().capacity) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: metricsNamespace, Name: "bloom_trusted",
+			Help: "1 if the Bloom filter's no is believed (built, and its feed of new codes healthy), 0 if every lookup passes through."},
+			func() float64 {
+				if b.stats().trusted {
+					return 1
+				}
+				return 0
+			}),
+	}
 }

@@ -103,7 +103,7 @@ func BenchmarkBloomLookupNo(b *testing.B) {
 		n = uint(v)
 	}
 	capacity := max(2*n, bloomMinCapacity)
-	bs := newBloomStore(newMemoryStore(), nil, defaultBloomFPRate, true, (*metrics)(nil).bloomCounts(), discardLog)
+	bs := newBloomStore(newMemoryStore(), nil, defaultBloomFPRate, true, noSweep, (*metrics)(nil).bloomCounts(), discardLog)
 	bs.filter, bs.capacity, bs.trusted = newFilter(capacity, defaultBloomFPRate), capacity, true
 	for range n {
 		bs.filter.AddString(newCode())
@@ -140,7 +140,7 @@ func newTestBloom(t *testing.T, alone bool, setup func(*testBloom)) *testBloom {
 	notFound := &testCount{}
 	pg.lookups = dbLookups{found: noCount{}, notFound: notFound, err: noCount{}}
 	m := newMetrics(prometheus.NewRegistry())
-	tb := &testBloom{bloomStore: newBloomStore(pg, pg.db, defaultBloomFPRate, alone, m.bloomCounts(), discardLog), pg: pg, m: m, queries: notFound}
+	tb := &testBloom{bloomStore: newBloomStore(pg, pg.db, defaultBloomFPRate, alone, noSweep, m.bloomCounts(), discardLog), pg: pg, m: m, queries: notFound}
 	tb.retry = 10 * time.Millisecond
 	tb.feedWait = 0 // a test with a feed waits for it itself
 	if setup != nil {
@@ -363,7 +363,7 @@ func TestBloomUntrustedUntilResynced(t *testing.T) {
 func TestBloomBuildRetries(t *testing.T) {
 	pg := openTestStore(t)
 	m := newMetrics(prometheus.NewRegistry())
-	bs := newBloomStore(pg, pg.db, defaultBloomFPRate, true, m.bloomCounts(), discardLog)
+	bs := newBloomStore(pg, pg.db, defaultBloomFPRate, true, noSweep, m.bloomCounts(), discardLog)
 	if _, err := pg.db.Exec(`ALTER TABLE links RENAME TO links_away`); err != nil {
 		t.Fatal(err)
 	}

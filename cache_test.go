@@ -30,9 +30,7 @@ func newTestCacheTimeout(t *testing.T, store Store, opts *redis.Options, prefix 
 // newTestCacheOn puts a cache on rdb in front of store.
 func newTestCacheOn(t *testing.T, store Store, rdb *guardedRedis, prefix string, log *slog.Logger) *cachedStore {
 	t.Helper()
-	c := newCachedStore(store, rdb, time.Minute, (*metrics)(nil).cacheResults("redis"), log)
-	c.prefix = prefix
-	return c
+	return newCachedStore(store, rdb, cacheOptions{ttl: time.Minute, prefix: prefix, counts: (*metrics)(nil).cacheResults("redis")}, log)
 }
 
 // lookInto is a plain client for the test to read and write Redis with.

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // click is one redirect that counts: which link, when, and what the
@@ -320,7 +322,25 @@ func openClicks(cfg clickConfig, store Store, stats *statsStore, m *metrics, log
 			func(context.Context) error { return nil }
 	default:
 		q := newClickQueue(write, cfg.queue, cfg.batch, cfg.every, m.clickObservers(), log)
-		m.watchClicks(q)
+		m.register(q.collectors()...)
 		return q, q.Close
+	}
+}
+
+// collectors export the click queue's own counters, read at each scrape:
+// nothing on the request's path pays for them.
+func (q *clickQueue) collectors() []prometheus.Collector {
+	return []prometheus.Collector{
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: metricsNamespace, Name: "click_queue_depth",
+			Help: "Clicks waiting in the queue."}, func() float64 { return float64(len(q.ch)) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: metricsNamespace, Name: "click_queue_capacity",
+			Help: "Clicks the queue holds before it drops (CLICK_QUEUE_SIZE)."}, func() float64 { return float64(cap(q.ch)) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: metricsNamespace, Name: "clicks_dropped_total",
+			Help: "Clicks dropped because the queue was full."}, func() float64 { return float64(q.dropped.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: metricsNamespace, Name: "clicks_written_total",
+			Help: "Clicks written to the store."}, func() float64 { return float64(q.written.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: metricsNamespace, Name: "clicks_lost_total",
+			Help: "Clicks counted and never written: their batch failed, or they were still queued when the shutdown's drain ended, or came after it."},
+			func() float64 { return float64(q.notWritten()) }),
 	}
 }

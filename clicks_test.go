@@ -226,14 +226,15 @@ func TestRunCountsEveryClick(t *testing.T) {
 		Code      string    `json:"code"`
 		URL       string    `json:"url"`
 		CreatedAt time.Time `json:"created_at"`
+		Redirects int64     `json:"redirects"`
 		Clicks    int64     `json:"clicks"`
 	}
 	if err := json.NewDecoder(resp.Body).Decode(&got); err != nil {
 		t.Fatal(err)
 	}
 	if resp.StatusCode != http.StatusOK || got.Code != code || got.URL != "https://go.dev/clicks" ||
-		got.Clicks != n || time.Since(got.CreatedAt) > time.Minute {
-		t.Errorf("GET /api/links/%s = %d %+v, want 200 with %d clicks and a created_at of just now", code, resp.StatusCode, got, n)
+		got.Redirects != n || got.Clicks != n || time.Since(got.CreatedAt) > time.Minute {
+		t.Errorf("GET /api/links/%s = %d %+v, want 200 with %d redirects (and clicks, its old name) and a created_at of just now", code, resp.StatusCode, got, n)
 	}
 }
 
@@ -342,7 +343,7 @@ func TestClickQueueCountsClicksLostAtShutdown(t *testing.T) {
 	logs := &syncBuffer{}
 	q := newClickQueue(countClicks(write), 100, 10, time.Hour, clickObservers{}, slog.New(slog.NewTextHandler(logs, nil)))
 	m := newMetrics(prometheus.NewRegistry())
-	m.watchClicks(q)
+	m.register(q.collectors()...)
 	const n = 57
 	for range n {
 		q.Click(context.Background(), click{code: "stuck01"})

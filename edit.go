@@ -55,19 +55,8 @@ func handleEdit(store Store, cfg config, count editResults, log *slog.Logger) ht
 	}
 	now := cfg.clock()
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		fail := func(err error) {
-			count("edit", editResult(err))
-			writeError(w, r, log, err)
-		}
-		code := r.PathValue("code")
-		if !validCode(code) {
-			fail(ErrNotFound)
-			return
-		}
-		hash, err := bearerHash(r.Header)
-		if err != nil {
-			closeUnreadBody(w, r)
-			fail(err)
+		code, hash, fail, ok := changeRequest(w, r, "edit", count, log)
+		if !ok {
 			return
 		}
 		if err := http.NewResponseController(w).SetReadDeadline(time.Now().Add(bodyTimeout)); err != nil &&
@@ -81,6 +70,7 @@ func handleEdit(store Store, cfg config, count editResults, log *slog.Logger) ht
 			return
 		}
 		var ch LinkChange
+		var err error
 		if !req.URL.set && !req.ExpiresAt.set && !req.MaxClicks.set && !req.Redirect.set {
 			fail(fmt.Errorf(`%w: nothing to change; send any of "url", "expires_at", "max_clicks", "redirect"`, ErrBadRequest))
 			return
@@ -138,19 +128,8 @@ func handleEdit(store Store, cfg config, count editResults, log *slog.Logger) ht
 // bookmarked old link must never lead somewhere new.
 func handleDelete(store Store, count editResults, log *slog.Logger) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		fail := func(err error) {
-			count("delete", editResult(err))
-			writeError(w, r, log, err)
-		}
-		code := r.PathValue("code")
-		if !validCode(code) {
-			fail(ErrNotFound)
-			return
-		}
-		hash, err := bearerHash(r.Header)
-		if err != nil {
-			closeUnreadBody(w, r)
-			fail(err)
+		code, hash, fail, ok := changeRequest(w, r, "delete", count, log)
+		if !ok {
 			return
 		}
 		if _, err := store.Change(r.Context(), code, hash, LinkChange{Delete: true}); err != nil {
@@ -173,4 +152,28 @@ func jsonString(raw []byte, field string) (string, error) {
 		return "", fmt.Errorf("%w: field %q must be a string", ErrBadRequest, field)
 	}
 	return s, nil
+}
+
+// changeRequest reads what an edit and a delete both begin with: the code
+// from the path and the link's token. ok is false when it has answered
+// already: 404 for a code that cannot exist, 401 for a missing or
+// malformed token (the body left unread, and the connection closed after
+// the answer). fail answers an error, counted under action.
+func changeRequest(w http.ResponseWriter, r *http.Request, action string, count editResults, log *slog.Logger) (code string, hash []byte, fail func(error), ok bool) {
+	fail = func(err error) {
+		count(action, editResult(err))
+		writeError(w, r, log, err)
+	}
+	code = r.PathValue("code")
+	if !validCode(code) {
+		fail(ErrNotFound)
+		return "", nil, fail, false
+	}
+	hash, err := bearerHash(r.Header)
+	if err != nil {
+		closeUnreadBody(w, r)
+		fail(err)
+		return "", nil, fail, false
+	}
+	return code, hash, fail, true
 }

@@ -150,23 +150,6 @@ func (g *groupCommit) drain() {
 	}
 }
 
-// collect appends first to batch, then whatever ch holds already, until
-// batch holds limit items or ch is empty. It never waits: a batch is what
-// queued up while the last one was being written. batch is the caller's,
-// to reuse.
-func collect[T any](batch []T, ch <-chan T, first T, limit int) []T {
-	batch = append(batch, first)
-	for len(batch) < limit {
-		select {
-		case v := <-ch:
-			batch = append(batch, v)
-		default:
-			return batch
-		}
-	}
-	return batch
-}
-
 // write inserts batch in one transaction and answers each create: nil if
 // its link was inserted, ErrCodeTaken if its code was in use (before, or
 // earlier in this same batch), the batch's error if the transaction failed.

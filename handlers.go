@@ -228,12 +228,17 @@ func handleRedirect(store Store, clicks clickRecorder, now func() time.Time, log
 
 // linkJSON is a link as GET, PATCH and DELETE /api/links/{code} show it:
 // never its token, which is not kept. expires_at and max_clicks are null
-// when not set; expired says whether the link is past either.
+// when not set; expired says whether the link is past either. redirects
+// counts every GET that redirected, bots' too; the stats' "clicks" are
+// people's alone (stats_postgres.go), so the two are named apart. clicks
+// is the same count as redirects, under the name steps 07 to 23 gave it,
+// kept for the clients that read it.
 type linkJSON struct {
 	Code      string     `json:"code"`
 	URL       string     `json:"url"`
 	CreatedAt time.Time  `json:"created_at"`
-	Clicks    int64      `json:"clicks"`
+	Redirects int64      `json:"redirects"`
+	Clicks    int64      `json:"clicks"` // = Redirects; deprecated (step 24)
 	Redirect  int        `json:"redirect"`
 	ExpiresAt *time.Time `json:"expires_at"`
 	MaxClicks *int64     `json:"max_clicks"`
@@ -241,7 +246,7 @@ type linkJSON struct {
 }
 
 func newLinkJSON(l Link, now time.Time) linkJSON {
-	j := linkJSON{Code: l.Code, URL: l.URL, CreatedAt: l.CreatedAt, Clicks: l.Clicks, Redirect: l.Redirect}
+	j := linkJSON{Code: l.Code, URL: l.URL, CreatedAt: l.CreatedAt, Redirects: l.Clicks, Clicks: l.Clicks, Redirect: l.Redirect}
 	if !l.ExpiresAt.IsZero() {
 		j.ExpiresAt = &l.ExpiresAt
 		j.Expired = !now.Before(l.ExpiresAt)

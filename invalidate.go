@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -137,4 +138,91 @@ func (s *subscriber) close() error {
 		return fmt.Errorf("invalidations: close: %w", err)
 	}
 	return nil
+}
+
+// The publishing half: an edit on this instance reaches Redis and the
+// other instances (the subscriber above is the receiving half).
+
+// Change edits or deletes the link in the store behind, then, once that
+// has committed, writes the link as it now is into Redis and publishes
+// its code (see cachedStore). If Redis cannot be reached, the code is
+// kept to try again (retryPending); meanwhile other instances serve what
+// they hold for LOCAL_CACHE_TTL at most, and Redis may hold the old
+// value until this instance reaches it again (or, if this instance stops
+// first, until CACHE_TTL).
+func (c *cachedStore) Change(ctx context.Context, code string, tokenHash []byte, ch LinkChange) (Link, error) {
+	l, err := c.Store.Change(ctx, code, tokenHash, ch)
+	if err != nil {
+		return l, err
+	}
+	// The change is committed: tell Redis even if the client has gone.
+	c.tell(context.WithoutCancel(ctx), code, l.target())
+	return l, nil
+}
+
+// tell writes t to Redis and publishes code, or keeps code for later.
+func (c *cachedStore) tell(ctx context.Context, code string, t Target) bool {
+	ok, at := c.rdb.breaker.allow()
+	if !ok {
+		c.inval.sendFailed.Inc()
+		c.remember(ctx, code)
+		return false
+	}
+	cctx, cancel := context.WithTimeout(ctx, c.rdb.timeout)
+	defer cancel()
+	err := c.set(cctx, code, t, true)
+	c.rdb.breaker.done(at, err)
+	if err != nil {
+		c.inval.sendFailed.Inc()
+		c.warns.warn(ctx, "cache: change not written to redis nor published; will retry", fmt.Errorf("cache: change %s: %w", c.prefix+code, err))
+		c.remember(ctx, code)
+		return false
+	}
+	c.inval.sent.Inc()
+	return true
+}
+
+func (c *cachedStore) remember(ctx context.Context, code string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.pending) >= maxPending {
+		c.warns.warn(ctx, "cache: too many changes waiting for redis; this one is left to CACHE_TTL",
+			fmt.Errorf("cache: %d changes pending", len(c.pending)))
+		return
+	}
+	c.pending[code] = struct{}{}
+}
+
+// retryPending tells Redis, and every instance, of the changes it missed:
+// each code is read again from the primary (what is there now, not what
+// the edit saw: a later edit may have come since) and written as Change
+// would. A code that fails again stays for the next try.
+func (c *cachedStore) retryPending(ctx context.Context) {
+	c.mu.Lock()
+	codes := make([]string, 0, len(c.pending))
+	for code := range c.pending {
+		codes = append(codes, code)
+	}
+	clear(c.pending)
+	c.mu.Unlock()
+	primary := c.Store
+	if r, ok := primary.(*replicaReads); ok {
+		primary = r.Store // a replica may not have the change yet
+	}
+	for i, code := range codes {
+		t, err := primary.Lookup(ctx, code)
+		switch {
+		case errors.Is(err, ErrNotFound):
+			// Nothing to tell.
+		case err != nil:
+			c.remember(ctx, code) // Postgres failed: next time
+		case !c.tell(ctx, code, t):
+			// Redis failed again (tell kept this code): the rest wait
+			// for the next try too.
+			for _, rest := range codes[i+1:] {
+				c.remember(ctx, rest)
+			}
+			return
+		}
+	}
 }

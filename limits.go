@@ -145,13 +145,16 @@ const (
 // rateKeyPrefix namespaces the rate limit's keys in Redis.
 const rateKeyPrefix = "rate:create:"
 
-func newCreateLimiter(rate, burst int, rdb *guardedRedis, log *slog.Logger) *createLimiter {
+// newCreateLimiter allows rate creates a second per client, burst at once;
+// with rdb, counted in Redis under keyPrefix (REDIS_KEY_PREFIX) +
+// rateKeyPrefix, so that every instance counts the same.
+func newCreateLimiter(rate, burst int, rdb *guardedRedis, keyPrefix string, log *slog.Logger) *createLimiter {
 	interval := time.Second / time.Duration(rate)
 	l := &createLimiter{
 		interval: interval,
 		burst:    burst,
 		rdb:      rdb,
-		prefix:   rateKeyPrefix,
+		prefix:   keyPrefix + rateKeyPrefix,
 		local:    newLocalGCRA(interval, burst, maxLocalClients),
 		now:      time.Now,
 		script:   gcraScript,
@@ -209,18 +212,9 @@ func (l *createLimiter) run() {
 	for {
 		select {
 		case p := <-l.queue:
-			batch = append(batch[:0], p)
+			batch = collect(batch[:0], l.queue, p, limiterBatch)
 		case <-l.stop:
 			return
-		}
-	fill:
-		for len(batch) < limiterBatch {
-			select {
-			case p := <-l.queue:
-				batch = append(batch, p)
-			default:
-				break fill
-			}
 		}
 		keys = keys[:0]
 		for _, p := range batch {

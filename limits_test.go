@@ -176,8 +176,7 @@ func newTestLimiter(t *testing.T, rate, burst int, opts *redis.Options, prefix s
 
 func newTestLimiterOn(t *testing.T, rate, burst int, rdb *guardedRedis, prefix string, log *slog.Logger) (*createLimiter, *testClock) {
 	t.Helper()
-	l := newCreateLimiter(rate, burst, rdb, log)
-	l.prefix = prefix + l.prefix
+	l := newCreateLimiter(rate, burst, rdb, prefix, log)
 	t.Cleanup(l.close) // before the Redis client closes: cleanups run last-in first-out
 	clock := newTestClock()
 	l.now = clock.time

@@ -15,8 +15,6 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"runtime/debug"
-	"sync"
 	"syscall"
 	"time"
 
@@ -126,7 +124,6 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	log.Info("codes", "source", cfg.codes)
 	var rdb *guardedRedis
-	var cache *cachedStore
 	if cfg.redis != nil {
 		rdb = openRedis(ctx, cfg.redis, sentinels{cfg.redisMaster, cfg.redisSentinels}, cfg.redisTimeout, log)
 		defer func() {
@@ -135,114 +132,20 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			}
 		}()
 		m.watchRedis(rdb.Client)
-		cache = newCachedStore(store, rdb, cfg.cacheTTL, m.cacheResults("redis"), log)
-		cache.prefix = cfg.redisPrefix + cache.prefix
-		cache.channel = cfg.redisPrefix + invalidationChannel
-		cache.inval = m.invalidationCounts()
-		store = cache
-		if cfg.redisMaster != "" {
-			log.Info("cache enabled", "redis_master", cfg.redisMaster, "sentinels", cfg.redisSentinels, "ttl", cfg.cacheTTL, "timeout", cfg.redisTimeout)
-		} else {
-			log.Info("cache enabled", "redis", cfg.redis.Addr, "ttl", cfg.cacheTTL, "timeout", cfg.redisTimeout)
-		}
 	}
-	// The negative cache, the flight, the Bloom filter, and the feed of
-	// creates that keeps the last two right across instances: with
-	// Postgres only (the memory store answers an unknown code from its
-	// map). Without Redis there is no feed, and this instance must be
-	// the only one: it sees every create itself.
+	// The layers a lookup meets on its way to the store (wire.go). Their
+	// goroutines stop after the HTTP server has (defers run in reverse),
+	// and before Redis and Postgres close.
 	pg, _ := base.(*pgStore)
-	var neg *negCache
-	if pg != nil && cfg.negCacheSize > 0 {
-		// Under the flight: the ticket that keeps a stale "not found"
-		// out (negcache.go) must be taken before the query, by the one
-		// lookup that makes it. Over it, a caller joining a flight
-		// begun before a create could take its ticket after the create,
-		// and store the flight's older answer.
-		neg = newNegCache(store, cfg.negCacheSize, cfg.negCacheTTL, rdb == nil, m.negCacheHits())
-		m.watchNegCache(neg)
-		store = neg
-		log.Info("negative cache enabled", "size", cfg.negCacheSize, "ttl", cfg.negCacheTTL)
+	layers, err := buildLayers(ctx, cfg, store, pg, rdb, m, log)
+	if err != nil {
+		return err
 	}
-	if _, inMemory := store.(*memoryStore); !inMemory {
-		// Under the local cache, which answers a hot link without it;
-		// over Redis and Postgres, whose calls it saves (flight.go).
-		store = newFlightStore(store, m.coalescedCounter())
-	}
-	var bf *bloomStore
-	if pg != nil && cfg.bloom {
-		bf = newBloomStore(store, pg.db, cfg.bloomFPRate, rdb == nil, m.bloomCounts(), log)
-		// The sweep backs the feed up (bloomsweep.go); what it finds, it
-		// drops from the negative cache too.
-		bf.sweepEvery, bf.sweepMargin, bf.neg = cfg.bloomSweep, sweepMarginFor(cfg.pool.timeout), neg
-		m.watchBloom(bf)
-		store = bf
-		log.Info("bloom filter enabled; building in the background", "fp_rate", cfg.bloomFPRate,
-			"ack_timeout", cfg.bloomAckTimeout, "feed", rdb != nil, "sweep", cfg.bloomSweep, "sweep_margin", bf.sweepMargin)
-	}
-	if bf != nil || neg != nil {
-		if rdb == nil {
-			// One instance sees every create itself, so it can trust
-			// its own filter as soon as it is built. A second one would
-			// not hear of the first's creates.
-			log.Warn("no REDIS_URL: one instance assumed; the bloom filter is trusted once built, and it and the negative cache " +
-				"hear only of this instance's creates; with more instances set BLOOM=off and NEG_CACHE_SIZE=0, or set REDIS_URL")
-		}
-		feed := newCodeFeed(rdb, cfg.redisPrefix, cfg.bloomAckTimeout, bf, neg, m.bloomCounts(), log)
-		store = &announcingStore{Store: store, feed: feed}
-		// Their own context, ended after the HTTP server has stopped
-		// (defers run in reverse), and before Redis and Postgres close.
-		bctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-		var wg sync.WaitGroup
-		wg.Go(func() { feed.run(bctx) })
-		if bf != nil {
-			wg.Go(func() { bf.run(bctx) })
-		}
-		defer func() {
-			cancel()
-			wg.Wait()
-		}()
-	}
-	// The caches in this process that an edit on another instance must
-	// reach: each drops a code, or purges all. (The negative cache holds
-	// only codes Postgres did not have, which an edit cannot be about;
-	// it forgets the code all the same, as it does for a create.)
-	var drops []func(code string)
-	var purges []func()
-	if neg != nil {
-		drops = append(drops, neg.forget)
-	}
-	if cfg.localCacheBytes != 0 && cfg.databaseURL != "" {
-		// (The memory store is a map already: a second one in front of
-		// it would only cost a lock.)
-		size, sizedBy := cfg.localCacheBytes, "LOCAL_CACHE_BYTES"
-		if size == localCacheAuto {
-			size, sizedBy = localCacheDefault(processMemory(debug.SetMemoryLimit(-1), os.ReadFile))
-		}
-		local, err := newLocalCache(store, size, cfg.localCacheTTL, m.cacheResults("local"))
-		if err != nil {
-			return err
-		}
-		store = local
-		drops, purges = append(drops, local.drop), append(purges, local.purge)
-		log.Info("local cache enabled", "bytes", size, "sized_by", sizedBy, "ttl", cfg.localCacheTTL)
-	}
-	if cache != nil {
-		// Edits made on other instances reach this one's memory through
-		// Redis, and changes Redis missed are retried (invalidate.go).
-		// Closed before Redis is.
-		sub := startSubscriber(rdb, cache.channel, drops, purges, cache.retryPending, m.invalidationCounts(), log)
-		defer func() {
-			if err := sub.close(); err != nil {
-				log.Error("close invalidations", "err", err)
-			}
-		}()
-		log.Info("invalidations subscribed", "channel", cache.channel, "listeners", len(drops))
-	}
+	defer layers.stop()
+	store = layers.store
 	var limiter *createLimiter
 	if cfg.limits.createRate > 0 {
-		limiter = newCreateLimiter(cfg.limits.createRate, cfg.limits.createBurst, rdb, log)
-		limiter.prefix = cfg.redisPrefix + limiter.prefix
+		limiter = newCreateLimiter(cfg.limits.createRate, cfg.limits.createBurst, rdb, cfg.redisPrefix, log)
 		defer limiter.close()
 	}
 	log.Info("limits", "max_in_flight", cfg.limits.maxInFlight, "create_rate", cfg.limits.createRate,
@@ -250,9 +153,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	// Stats: each batch of clicks summed in memory, the sums written to
 	// Postgres every STATS_FLUSH.
 	var stats *statsStore
-	if pg, ok := base.(*pgStore); ok && cfg.stats.on && cfg.clicks.mode != "off" {
+	if pg != nil && cfg.stats.on && cfg.clicks.mode != "off" {
 		stats = newStatsStore(pg.db, cfg, log)
-		m.watchStats(stats)
+		m.register(stats.collectors()...)
 		mctx, cancel := context.WithTimeout(ctx, migrateTimeout)
 		err := stats.maintain(mctx)
 		cancel()
@@ -383,11 +286,10 @@ func openStore(ctx context.Context, cfg config, m *metrics, log *slog.Logger) (S
 		log.Info("store selected", "store", "memory")
 		return newMemoryStore(), func() error { return nil }, nil
 	}
-	pg, err := openPostgres(ctx, cfg.databaseURL, cfg.pool)
+	pg, err := openCountedPostgres(ctx, cfg.databaseURL, cfg.pool, m.dbLookups())
 	if err != nil {
 		return nil, nil, err
 	}
-	pg.lookups = m.dbLookups()
 	if cfg.createBatch > 1 {
 		if err := pg.startGroupCommit(ctx, cfg.createBatch, m.createBatchObserver()); err != nil {
 			pg.Close() //nolint:errcheck // the start error is the one worth returning
@@ -397,12 +299,12 @@ func openStore(ctx context.Context, cfg config, m *metrics, log *slog.Logger) (S
 	if cfg.replicaURL != "" {
 		pool := cfg.pool
 		pool.readOnly = true
-		replica, err := openPostgres(ctx, cfg.replicaURL, pool)
+		// The same series as the primary's: queries, wherever they went.
+		replica, err := openCountedPostgres(ctx, cfg.replicaURL, pool, m.dbLookups())
 		if err != nil {
 			pg.Close() //nolint:errcheck // the replica's error is the one worth returning
 			return nil, nil, fmt.Errorf("replica: %w", err)
 		}
-		replica.lookups = m.dbLookups() // the same series: queries, wherever they went
 		m.watchReplica(replica.db)
 		log.Info("reads from a replica", "max_open_conns", pool.maxOpen)
 		return &replicaReads{Store: pg, replica: replica, counts: m.replicaResults(), timeout: cfg.pool.timeout},

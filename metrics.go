@@ -363,27 +363,14 @@ func (m *metrics) bloomCounts() bloomCounts {
 	}
 }
 
-// watchBloom exports the filter's state, read at each scrape: how many
-// codes it holds, how many it was sized for, and whether its "no" is
-// believed now.
-func (m *metrics) watchBloom(b *bloomStore) {
+// register adds a component's own collectors (each component lists its
+// own: bloomStore, negCache, clickQueue and statsStore have a collectors
+// method) to this run's registry; with metrics off, nothing.
+func (m *metrics) register(cs ...prometheus.Collector) {
 	if m == nil {
 		return
 	}
-	m.reg.MustRegister(
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: metricsNamespace, Name: "bloom_codes",
-			Help: "Codes added to the Bloom filter (0 until it is built)."}, func() float64 { return float64(b.stats().codes) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: metricsNamespace, Name: "bloom_capacity",
-			Help: "Codes the Bloom filter was sized for at BLOOM_FP_RATE; past it, it is rebuilt bigger."}, func() float64 { return float64(b.stats().capacity) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: metricsNamespace, Name: "bloom_trusted",
-			Help: "1 if the Bloom filter's no is believed (built, and its feed of new codes healthy), 0 if every lookup passes through."},
-			func() float64 {
-				if b.stats().trusted {
-					return 1
-				}
-				return 0
-			}),
-	)
+	m.reg.MustRegister(cs...)
 }
 
 func (m *metrics) negCacheHits() counter {
@@ -391,16 +378,6 @@ func (m *metrics) negCacheHits() counter {
 		return noCount{}
 	}
 	return m.negHits
-}
-
-// watchNegCache exports how many codes the negative cache holds.
-func (m *metrics) watchNegCache(n *negCache) {
-	if m == nil {
-		return
-	}
-	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: metricsNamespace, Name: "negcache_entries",
-		Help: "Codes the negative cache holds (NEG_CACHE_SIZE at most), expired ones included until they are pushed out."},
-		func() float64 { return float64(n.len()) }))
 }
 
 // watchReplica exports the replica's pool, as watchDB the primary's.
@@ -416,40 +393,6 @@ func (m *metrics) createBatchObserver() observer {
 		return noObserve{}
 	}
 	return m.creates
-}
-
-// watchClicks exports the click queue's own counters, read at each scrape:
-// nothing on the request's path pays for them.
-func (m *metrics) watchClicks(q *clickQueue) {
-	if m == nil || q == nil {
-		return
-	}
-	m.reg.MustRegister(
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: metricsNamespace, Name: "click_queue_depth",
-			Help: "Clicks waiting in the queue."}, func() float64 { return float64(len(q.ch)) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: metricsNamespace, Name: "click_queue_capacity",
-			Help: "Clicks the queue holds before it drops (CLICK_QUEUE_SIZE)."}, func() float64 { return float64(cap(q.ch)) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: metricsNamespace, Name: "clicks_dropped_total",
-			Help: "Clicks dropped because the queue was full."}, func() float64 { return float64(q.dropped.Load()) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: metricsNamespace, Name: "clicks_written_total",
-			Help: "Clicks written to the store."}, func() float64 { return float64(q.written.Load()) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: metricsNamespace, Name: "clicks_lost_total",
-			Help: "Clicks counted and never written: their batch failed, or they were still queued when the shutdown's drain ended, or came after it."},
-			func() float64 { return float64(q.notWritten()) }),
-	)
-}
-
-// watchStats exports the clicks whose stats were not written, though
-// their totals were (statsStore.write).
-func (m *metrics) watchStats(s *statsStore) {
-	if m == nil || s == nil {
-		return
-	}
-	m.reg.MustRegister(
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: metricsNamespace, Name: "stats_lost_total",
-			Help: "Clicks whose totals were written and whose stats (hours, days, uniques) were not."},
-			func() float64 { return float64(s.statsLost.Load()) }),
-	)
 }
 
 // watchDB exports database/sql's pool statistics (open, in use, idle,

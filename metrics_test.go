@@ -239,7 +239,7 @@ func TestMetricsCount(t *testing.T) {
 		if err := store.Save(context.Background(), "abcDEF1", NewLink{URL: "https://go.dev/"}); err != nil {
 			t.Fatal(err)
 		}
-		lim := newCreateLimiter(1, 1, nil, discardLog)
+		lim := newCreateLimiter(1, 1, nil, "", discardLog)
 		h := newHandler(store, noClicks{}, nil, lim, m, config{}, discardLog)
 		for range 3 {
 			do(t, h, "GET", "/abcDEF1", "")
@@ -402,8 +402,8 @@ func TestBloomMetrics(t *testing.T) {
 	c.sweepCodes.Add(2)
 	c.sweepMissed.Add(1)
 	m := newMetrics(prometheus.NewRegistry())
-	m.watchBloom(newBloomStore(newMemoryStore(), nil, defaultBloomFPRate, true, m.bloomCounts(), discardLog))
-	m.watchNegCache(newNegCache(newMemoryStore(), 1, time.Second, true, m.negCacheHits()))
+	m.register(newBloomStore(newMemoryStore(), nil, defaultBloomFPRate, true, noSweep, m.bloomCounts(), discardLog).collectors()...)
+	m.register(newNegCache(newMemoryStore(), 1, time.Second, true, m.negCacheHits()).collectors()...)
 	if n, err := testutil.GatherAndCount(m.reg, "shortener_bloom_trusted", "shortener_bloom_codes", "shortener_bloom_capacity", "shortener_negcache_entries"); err != nil || n != 4 {
 		t.Errorf("gathered %d of the 4 gauges: %v", n, err)
 	}

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"sync"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // negCache is a Store in front of another Store that remembers, for a
@@ -168,4 +170,11 @@ func (n *negCache) len() int {
 	n.mu.RLock()
 	defer n.mu.RUnlock()
 	return len(n.entries)
+}
+
+// collectors export how many codes the negative cache holds.
+func (n *negCache) collectors() []prometheus.Collector {
+	return []prometheus.Collector{prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: metricsNamespace, Name: "negcache_entries",
+		Help: "Codes the negative cache holds (NEG_CACHE_SIZE at most), expired ones included until they are pushed out."},
+		func() float64 { return float64(n.len()) })}
 }

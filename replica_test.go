@@ -2,12 +2,17 @@ package main
 
 import (
 	"context"
+	"database/sql/driver"
 	"errors"
+	"fmt"
+	"io"
+	"net"
 	"net/url"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/lib/pq"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
@@ -112,27 +117,38 @@ func TestReplicaReadsFailing(t *testing.T) {
 	}
 }
 
+// openedReplica is what openReplicaWaiting's open returned.
+type openedReplica struct {
+	s   *pgStore
+	err error
+}
+
+// openReplicaWaiting opens dsn as a replica in the background: waiting
+// closes the first time the open waits for the replica (onSchemaWait),
+// and done gets what it returned.
+func openReplicaWaiting(t *testing.T, dsn string) (waiting chan struct{}, done chan openedReplica) {
+	t.Helper()
+	waiting = make(chan struct{})
+	var once sync.Once
+	onSchemaWait = func() { once.Do(func() { close(waiting) }) }
+	t.Cleanup(func() { onSchemaWait = func() {} })
+	pool := testPool
+	pool.readOnly = true
+	done = make(chan openedReplica, 1)
+	go func() {
+		s, err := openPostgres(context.Background(), dsn, pool)
+		done <- openedReplica{s, err}
+	}()
+	return waiting, done
+}
+
 // TestReplicaWaitsForSchema: an instance started beside a fresh primary
 // may reach its replica before the replica has replayed the schema. Opening
 // it waits for the links table (asked again until migrateTimeout) instead
 // of failing, which made an app exit at start on three hosts (step 23).
 func TestReplicaWaitsForSchema(t *testing.T) {
 	dsn := testDatabase(t) // no schema: the replica has not replayed it yet
-	waiting := make(chan struct{})
-	var once sync.Once
-	onSchemaWait = func() { once.Do(func() { close(waiting) }) }
-	t.Cleanup(func() { onSchemaWait = func() {} })
-	pool := testPool
-	pool.readOnly = true
-	type result struct {
-		s   *pgStore
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
-		s, err := openPostgres(context.Background(), dsn, pool)
-		done <- result{s, err}
-	}()
+	waiting, done := openReplicaWaiting(t, dsn)
 	select {
 	case <-waiting: // it found no table, and waits for one
 	case r := <-done:
@@ -151,6 +167,64 @@ func TestReplicaWaitsForSchema(t *testing.T) {
 	closeOnCleanup(t, r.s)
 	if _, err := r.s.Lookup(context.Background(), "nothere"); !errors.Is(err, ErrNotFound) {
 		t.Errorf("lookup on the opened replica: %v, want ErrNotFound", err)
+	}
+}
+
+// TestReplicaWaitsWhileCut: a host brought back after a failover starts
+// its app while Patroni rewinds and restarts the Postgres beside it, which
+// cuts the app's connections ("prepare lookup: EOF" made an app exit in
+// step 24's run of docs/20's Try it). Opening the replica waits for it,
+// as for a missing schema, instead of failing.
+func TestReplicaWaitsWhileCut(t *testing.T) {
+	dsn := testDatabase(t)
+	openTestStoreOn(t, dsn) // the schema, as a primary makes it
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := startProxy(t, u.Host)
+	proxy.refuse() // every connection closed as soon as it is made
+	u.Host = proxy.addr()
+	waiting, done := openReplicaWaiting(t, u.String())
+	select {
+	case <-waiting: // its connection was cut, and it waits
+	case r := <-done:
+		t.Fatalf("open returned while every connection was cut: %v", r.err)
+	}
+	proxy.restore() // the replica is back
+	r := <-done
+	if r.err != nil {
+		t.Fatalf("open replica once it was back: %v", r.err)
+	}
+	closeOnCleanup(t, r.s)
+	if _, err := r.s.Lookup(context.Background(), "nothere"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("lookup on the opened replica: %v, want ErrNotFound", err)
+	}
+}
+
+// TestReplicaNotReady: what a replica that is not ready answers is waited
+// out; any other error is not.
+func TestReplicaNotReady(t *testing.T) {
+	for _, tt := range []struct {
+		err  error
+		want bool
+	}{
+		{&pq.Error{Code: "42P01"}, true}, // no links table yet
+		{&pq.Error{Code: "57P03"}, true}, // the database system is starting up
+		{&pq.Error{Code: "57P01"}, true}, // terminating connection due to administrator command
+		{&pq.Error{Code: "08006"}, true}, // connection failure
+		{fmt.Errorf("prepare: %w", io.EOF), true},
+		{io.ErrUnexpectedEOF, true},
+		{driver.ErrBadConn, true},
+		{&net.OpError{Op: "dial", Err: errors.New("connection refused")}, true},
+		{&pq.Error{Code: "28P01"}, false}, // a wrong password
+		{&pq.Error{Code: "42601"}, false}, // a syntax error
+		{context.DeadlineExceeded, false},
+		{errors.New("something else"), false},
+	} {
+		if got := replicaNotReady(tt.err); got != tt.want {
+			t.Errorf("replicaNotReady(%v) = %v, want %v", tt.err, got, tt.want)
+		}
 	}
 }
 

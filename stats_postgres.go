@@ -16,6 +16,7 @@ import (
 
 	"github.com/axiomhq/hyperloglog"
 	"github.com/lib/pq"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 const (
@@ -319,50 +320,26 @@ func (s *statsStore) Close(ctx context.Context) error {
 	}
 }
 
-// ensureMonths makes the partitions of every month a batch's hours fall in.
-func (s *statsStore) ensureMonths(ctx context.Context, r *rollup, now time.Time) error {
-	for hk := range r.hours {
-		if err := s.ensureMonth(ctx, hk.hour, now); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
+// writeCounts adds the clicks not counted yet (a max_clicks link's are
+// counted on the request) to click_counts, or as rows, as pgStore's
+// AddClicks and AddClickRows do. The hours and days below are written
+// sorted too, for the same reason: no deadlock between instances.
 func (s *statsStore) writeCounts(ctx context.Context, clicks []click) error {
-	if s.rows {
-		var codes []string
-		for _, c := range clicks {
-			if !c.counted {
-				codes = append(codes, c.code)
-			}
-		}
-		if len(codes) == 0 {
-			return nil
-		}
-		if _, err := s.db.ExecContext(ctx, addClickRowsSQL, pq.Array(codes)); err != nil {
-			return fmt.Errorf("stats: add %d click rows: %w", len(codes), deadline(ctx, err))
-		}
-		return nil
-	}
-	counts := make(map[string]int64, len(clicks))
+	var codes []string
 	for _, c := range clicks {
 		if !c.counted {
-			counts[c.code]++
+			codes = append(codes, c.code)
 		}
 	}
-	if len(counts) == 0 {
+	if len(codes) == 0 {
 		return nil
 	}
-	// Sorted, as AddClicks does, so that two instances lock rows in the
-	// same order and cannot deadlock; the hours and days below too.
-	codes := slices.Sorted(maps.Keys(counts))
-	sums := make([]int64, len(codes))
-	for i, c := range codes {
-		sums[i] = counts[c]
+	add := addClicks
+	if s.rows {
+		add = addClickRows
 	}
-	if _, err := s.db.ExecContext(ctx, addClicksSQL, pq.Array(codes), pq.Array(sums)); err != nil {
-		return fmt.Errorf("stats: add clicks for %d codes: %w", len(codes), deadline(ctx, err))
+	if err := add(ctx, s.db, codes); err != nil {
+		return fmt.Errorf("stats: %w", err)
 	}
 	return nil
 }
@@ -638,254 +615,12 @@ func (s *statsStore) key(ctx context.Context, day time.Time) ([]byte, error) {
 	return k, nil
 }
 
-// monthStart is the first instant of t's month, in UTC.
-func monthStart(t time.Time) time.Time {
-	t = t.UTC()
-	return time.Date(t.Year(), t.Month(), 1, 0, 0, 0, 0, time.UTC)
-}
-
-// partitionSuffix names a month's partitions: click_hours_2026_12.
-func partitionSuffix(month time.Time) string { return month.Format("2006_01") }
-
-// ensureMonth makes the partitions of t's month. It remembers the months
-// it made from last month on, which no instance drops (STATS_*_KEEP is at
-// least 1); an older month, which another instance may have dropped since,
-// is made again each time it is asked for: rare, a click queued across
-// the turn of a month.
-func (s *statsStore) ensureMonth(ctx context.Context, t, now time.Time) error {
-	month := monthStart(t)
-	name := partitionSuffix(month)
-	recent := !month.Before(monthStart(now).AddDate(0, -1, 0))
-	s.mu.Lock()
-	done := recent && s.months[name]
-	s.mu.Unlock()
-	if done {
-		return nil
+// collectors export the clicks whose stats were not written, though
+// their totals were (statsStore.write).
+func (s *statsStore) collectors() []prometheus.Collector {
+	return []prometheus.Collector{
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: metricsNamespace, Name: "stats_lost_total",
+			Help: "Clicks whose totals were written and whose stats (hours, days, uniques) were not."},
+			func() float64 { return float64(s.statsLost.Load()) }),
 	}
-	next := month.AddDate(0, 1, 0)
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("stats: partitions of %s: %w", name, deadline(ctx, err))
-	}
-	defer tx.Rollback() //nolint:errcheck // after Commit, Rollback is a no-op that returns ErrTxDone
-	if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock($1)`, statsLock); err != nil {
-		return fmt.Errorf("stats: partitions of %s: lock: %w", name, deadline(ctx, err))
-	}
-	// DDL takes no parameters; the names and bounds are made here from a
-	// time, never from input.
-	ddl := fmt.Sprintf(`CREATE TABLE IF NOT EXISTS click_hours_%[1]s PARTITION OF click_hours
-  FOR VALUES FROM ('%[2]s') TO ('%[3]s');
-CREATE TABLE IF NOT EXISTS click_days_%[1]s PARTITION OF click_days
-  FOR VALUES FROM ('%[4]s') TO ('%[5]s')`, name,
-		month.Format(time.RFC3339), next.Format(time.RFC3339), month.Format(time.DateOnly), next.Format(time.DateOnly))
-	if _, err := tx.ExecContext(ctx, ddl); err != nil {
-		return fmt.Errorf("stats: partitions of %s: %w", name, deadline(ctx, err))
-	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("stats: partitions of %s: commit: %w", name, deadline(ctx, err))
-	}
-	if recent {
-		s.mu.Lock()
-		s.months[name] = true
-		s.mu.Unlock()
-	}
-	return nil
-}
-
-// maintain makes this month's and next month's partitions, drops those
-// past their retention and the visitor keys past their day. run calls it
-// at start and every statsMaintainEvery.
-func (s *statsStore) maintain(ctx context.Context) error {
-	now := s.now().UTC()
-	for _, m := range []time.Time{now, monthStart(now).AddDate(0, 1, 0)} {
-		if err := s.ensureMonth(ctx, m, now); err != nil {
-			return err
-		}
-	}
-	today := time.Date(now.Year(), now.Month(), now.Day(), 0, 0, 0, 0, time.UTC)
-	if _, err := s.db.ExecContext(ctx, oldKeysSQL, today.AddDate(0, 0, -1).Format(time.DateOnly)); err != nil {
-		return fmt.Errorf("stats: delete old keys: %w", deadline(ctx, err))
-	}
-	for _, t := range []struct {
-		table string
-		keep  int
-	}{{"click_hours", s.keep.hours}, {"click_days", s.keep.days}} {
-		// A month is dropped once all of it is older than keep whole
-		// months before this one.
-		oldest := monthStart(now).AddDate(0, -t.keep, 0)
-		if err := s.dropBefore(ctx, t.table, oldest); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// dropBefore drops table's monthly partitions that end by oldest.
-func (s *statsStore) dropBefore(ctx context.Context, table string, oldest time.Time) error {
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("stats: drop old %s: %w", table, deadline(ctx, err))
-	}
-	defer tx.Rollback() //nolint:errcheck // after Commit, Rollback is a no-op that returns ErrTxDone
-	if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock($1)`, statsLock); err != nil {
-		return fmt.Errorf("stats: drop old %s: lock: %w", table, deadline(ctx, err))
-	}
-	rows, err := tx.QueryContext(ctx, `SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
-WHERE i.inhparent = $1::regclass ORDER BY 1`, table)
-	if err != nil {
-		return fmt.Errorf("stats: list %s partitions: %w", table, deadline(ctx, err))
-	}
-	var drop []string
-	for rows.Next() {
-		var name string
-		if err := rows.Scan(&name); err != nil {
-			rows.Close() //nolint:errcheck // the scan error is the one worth returning
-			return fmt.Errorf("stats: list %s partitions: %w", table, err)
-		}
-		month, err := time.Parse("2006_01", strings.TrimPrefix(name, table+"_"))
-		if err != nil {
-			continue // not one of ours: an operator's, left alone
-		}
-		if !month.AddDate(0, 1, 0).After(oldest) {
-			drop = append(drop, name)
-		}
-	}
-	if err := rows.Close(); err != nil {
-		return fmt.Errorf("stats: list %s partitions: %w", table, deadline(ctx, err))
-	}
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("stats: list %s partitions: %w", table, deadline(ctx, err))
-	}
-	for _, name := range drop {
-		if _, err := tx.ExecContext(ctx, `DROP TABLE `+pq.QuoteIdentifier(name)); err != nil {
-			return fmt.Errorf("stats: drop %s: %w", name, deadline(ctx, err))
-		}
-		s.log.Info("stats: partition dropped, past its retention", "partition", name)
-		s.mu.Lock()
-		delete(s.months, strings.TrimPrefix(name, table+"_"))
-		s.mu.Unlock()
-	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("stats: drop old %s: commit: %w", table, deadline(ctx, err))
-	}
-	return nil
-}
-
-// statsMaintainEvery is how often maintain runs: months change rarely;
-// an hour bounds how long past its day a visitor key lives.
-const statsMaintainEvery = time.Hour
-
-// runMaintenance runs maintain every interval until ctx ends; a failure
-// is logged and tried again at the next.
-func (s *statsStore) runMaintenance(ctx context.Context, every time.Duration) {
-	tick := time.NewTicker(every)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
-		mctx, cancel := context.WithTimeout(ctx, migrateTimeout)
-		if err := s.maintain(mctx); err != nil && ctx.Err() == nil {
-			s.log.Error("stats maintenance", "err", err)
-		}
-		cancel()
-	}
-}
-
-// statsPoint is one hour's or one day's clicks of a link. Uniques,
-// referrers and agents are kept per day only: null in hourly points.
-type statsPoint struct {
-	Time      time.Time        `json:"time"`
-	Clicks    int64            `json:"clicks"` // people's: clicks from browsers
-	Bots      int64            `json:"bots"`   // every other client's (see classify)
-	Uniques   *uint64          `json:"uniques"`
-	Referrers map[string]int64 `json:"referrers"`
-	Agents    map[string]int64 `json:"agents"`
-}
-
-// points reads a link's points of by ("hour" or "day") in [from, to),
-// both on the bucket's boundaries, with a zero point for each bucket
-// without clicks.
-func (s *statsStore) points(ctx context.Context, code, by string, from, to time.Time) ([]statsPoint, error) {
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
-	defer cancel()
-	stored := make(map[time.Time]statsPoint)
-	var err error
-	if by == "hour" {
-		err = s.readHours(ctx, code, from, to, stored)
-	} else {
-		err = s.readDays(ctx, code, from, to, stored)
-	}
-	if err != nil {
-		return nil, err
-	}
-	var points []statsPoint
-	for t := from; t.Before(to); t = next(t, by) {
-		p, ok := stored[t]
-		if !ok {
-			p = statsPoint{Time: t}
-			if by == "day" {
-				p.Uniques, p.Referrers, p.Agents = new(uint64), map[string]int64{}, map[string]int64{}
-			}
-		}
-		points = append(points, p)
-	}
-	return points, nil
-}
-
-func next(t time.Time, by string) time.Time {
-	if by == "hour" {
-		return t.Add(time.Hour)
-	}
-	return t.AddDate(0, 0, 1)
-}
-
-func (s *statsStore) readHours(ctx context.Context, code string, from, to time.Time, into map[time.Time]statsPoint) error {
-	rows, err := s.db.QueryContext(ctx, hoursSQL, code, from, to)
-	if err != nil {
-		return fmt.Errorf("stats: read hours of %q: %w", code, deadline(ctx, err))
-	}
-	defer rows.Close() //nolint:errcheck // rows.Err below reports what matters
-	for rows.Next() {
-		var p statsPoint
-		if err := rows.Scan(&p.Time, &p.Clicks, &p.Bots); err != nil {
-			return fmt.Errorf("stats: read hours of %q: %w", code, err)
-		}
-		p.Time = p.Time.UTC()
-		into[p.Time] = p
-	}
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("stats: read hours of %q: %w", code, deadline(ctx, err))
-	}
-	return nil
-}
-
-func (s *statsStore) readDays(ctx context.Context, code string, from, to time.Time, into map[time.Time]statsPoint) error {
-	rows, err := s.db.QueryContext(ctx, daysSQL, code, from.Format(time.DateOnly), to.Format(time.DateOnly))
-	if err != nil {
-		return fmt.Errorf("stats: read days of %q: %w", code, deadline(ctx, err))
-	}
-	defer rows.Close() //nolint:errcheck // rows.Err below reports what matters
-	for rows.Next() {
-		row, err := s.scanDay(rows, nil)
-		if err != nil {
-			return err
-		}
-		day, err := time.Parse(time.DateOnly, row.day)
-		if err != nil {
-			return fmt.Errorf("stats: day %q from Postgres: %w", row.day, err)
-		}
-		var u uint64
-		if row.uniques != nil {
-			u = row.uniques.Estimate()
-		}
-		into[day] = statsPoint{Time: day, Clicks: row.people, Bots: row.bots, Uniques: &u,
-			Referrers: row.referrers, Agents: row.agents}
-	}
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("stats: read days of %q: %w", code, deadline(ctx, err))
-	}
-	return nil
 }

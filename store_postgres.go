@@ -127,14 +127,20 @@ type poolConfig struct {
 // are printed at start-up, into logs that more people read than the
 // deployment's secrets.
 func openPostgres(ctx context.Context, dsn string, pool poolConfig) (*pgStore, error) {
-	s, err := connectPostgres(ctx, dsn, pool)
+	return openCountedPostgres(ctx, dsn, pool, (*metrics)(nil).dbLookups())
+}
+
+// openCountedPostgres is openPostgres with each lookup's outcome counted
+// in lookups (the app's shortener_db_lookups_total).
+func openCountedPostgres(ctx context.Context, dsn string, pool poolConfig, lookups dbLookups) (*pgStore, error) {
+	s, err := connectPostgres(ctx, dsn, pool, lookups)
 	if err != nil {
 		return nil, redactDSN(err, dsn)
 	}
 	return s, nil
 }
 
-func connectPostgres(ctx context.Context, dsn string, pool poolConfig) (*pgStore, error) {
+func connectPostgres(ctx context.Context, dsn string, pool poolConfig, lookups dbLookups) (*pgStore, error) {
 	connector, err := pq.NewConnector(dsn)
 	if err != nil {
 		return nil, fmt.Errorf("store: open: %w", err)
@@ -155,7 +161,7 @@ func connectPostgres(ctx context.Context, dsn string, pool poolConfig) (*pgStore
 	db.SetMaxIdleConns(pool.maxIdle)
 	db.SetConnMaxIdleTime(pool.maxIdleTime)
 	db.SetConnMaxLifetime(pool.maxLifetime)
-	s := &pgStore{db: db, timeout: pool.timeout, lookups: (*metrics)(nil).dbLookups()}
+	s := &pgStore{db: db, timeout: pool.timeout, lookups: lookups}
 	if !pool.readOnly {
 		if err := s.migrate(ctx); err != nil {
 			db.Close() //nolint:errcheck // the migrate error is the one worth returning
@@ -240,22 +246,24 @@ func (s *pgStore) prepare(ctx context.Context, lookupOnly bool) error {
 	return nil
 }
 
-// schemaRetry is how often a replica is asked again for a table it has
-// not replayed yet; onSchemaWait is called before each wait (tests set it).
+// schemaRetry is how often a replica that is not ready is asked again;
+// onSchemaWait is called before each wait (tests set it).
 const schemaRetry = 250 * time.Millisecond
 
 var onSchemaWait = func() {}
 
-// prepareLookup prepares the lookup. A replica (lookupOnly) may not have
-// replayed the primary's schema yet when an instance starts beside a fresh
-// primary (three hosts started at once): an undefined table there is
-// waited out, asked again every schemaRetry until ctx ends, not a reason
-// to exit. The primary has just migrated, so there it is an error at once.
+// prepareLookup prepares the lookup. A replica (lookupOnly) may not be
+// ready when an instance starts, and that is waited out, asked again
+// every schemaRetry until ctx ends, not a reason to exit: beside a fresh
+// primary (three hosts started at once) it may not have replayed the
+// schema yet (step 23); on a host brought back after a failover, Patroni
+// may be rewinding and restarting it, and it cuts the connection or says
+// it is starting up (step 24, replicaNotReady). The primary has just
+// migrated, so there any error is an error at once.
 func (s *pgStore) prepareLookup(ctx context.Context, lookupOnly bool) (*sql.Stmt, error) {
 	for {
 		stmt, err := s.db.PrepareContext(ctx, lookupSQL)
-		var pqErr *pq.Error
-		if err == nil || !lookupOnly || !errors.As(err, &pqErr) || pqErr.Code != "42P01" {
+		if err == nil || !lookupOnly || !replicaNotReady(err) || ctx.Err() != nil {
 			return stmt, err
 		}
 		onSchemaWait()
@@ -263,10 +271,25 @@ func (s *pgStore) prepareLookup(ctx context.Context, lookupOnly bool) (*sql.Stmt
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return nil, fmt.Errorf("the replica has no links table yet (waited for it to replay the schema): %w", err)
+			return nil, fmt.Errorf("the replica was not ready (waited for it): %w", err)
 		case <-t.C:
 		}
 	}
+}
+
+// replicaNotReady says whether err is what a replica answers while it is
+// not ready yet: no links table (42P01: the schema not replayed yet), the
+// server starting up or shutting down (class 57: cannot_connect_now,
+// admin_shutdown), a connection failing (class 08), cut (EOF) or refused.
+// Anything else (a wrong password, a bad statement) is an error at once.
+func replicaNotReady(err error) bool {
+	var pqErr *pq.Error
+	if errors.As(err, &pqErr) {
+		return pqErr.Code == "42P01" || pqErr.Code.Class() == "57" || pqErr.Code.Class() == "08"
+	}
+	var opErr *net.OpError
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, driver.ErrBadConn) || errors.As(err, &opErr)
 }
 
 // migrate runs sql/schema.sql. Several copies of the app may start at once
@@ -662,6 +685,25 @@ func (s *pgStore) TakeClick(ctx context.Context, code string, count bool) (bool,
 // codes go in sorted, so that two instances adding to the same codes at once
 // lock their rows in the same order and cannot deadlock.
 func (s *pgStore) AddClicks(ctx context.Context, codes []string) error {
+	if err := addClicks(ctx, s.db, codes); err != nil {
+		return fmt.Errorf("store: %w", err)
+	}
+	return nil
+}
+
+// AddClickRows writes one row per click (CLICK_STORAGE=rows).
+func (s *pgStore) AddClickRows(ctx context.Context, codes []string) error {
+	if err := addClickRows(ctx, s.db, codes); err != nil {
+		return fmt.Errorf("store: %w", err)
+	}
+	return nil
+}
+
+// addClicks adds one to a code's count in click_counts for each time it
+// is in codes, in one statement. The codes go in sorted, so that two
+// instances lock rows in the same order and cannot deadlock. The stats'
+// writer (statsStore.writeCounts) uses it too.
+func addClicks(ctx context.Context, db *sql.DB, codes []string) error {
 	counts := make(map[string]int64, len(codes))
 	for _, c := range codes {
 		counts[c]++
@@ -671,16 +713,16 @@ func (s *pgStore) AddClicks(ctx context.Context, codes []string) error {
 	for i, k := range keys {
 		sums[i] = counts[k]
 	}
-	if _, err := s.db.ExecContext(ctx, addClicksSQL, pq.Array(keys), pq.Array(sums)); err != nil {
-		return fmt.Errorf("store: add clicks for %d codes: %w", len(keys), deadline(ctx, err))
+	if _, err := db.ExecContext(ctx, addClicksSQL, pq.Array(keys), pq.Array(sums)); err != nil {
+		return fmt.Errorf("add clicks for %d codes: %w", len(keys), deadline(ctx, err))
 	}
 	return nil
 }
 
-// AddClickRows writes one row per click (CLICK_STORAGE=rows).
-func (s *pgStore) AddClickRows(ctx context.Context, codes []string) error {
-	if _, err := s.db.ExecContext(ctx, addClickRowsSQL, pq.Array(codes)); err != nil {
-		return fmt.Errorf("store: add %d click rows: %w", len(codes), deadline(ctx, err))
+// addClickRows writes one row per click in codes (CLICK_STORAGE=rows).
+func addClickRows(ctx context.Context, db *sql.DB, codes []string) error {
+	if _, err := db.ExecContext(ctx, addClickRowsSQL, pq.Array(codes)); err != nil {
+		return fmt.Errorf("add %d click rows: %w", len(codes), deadline(ctx, err))
 	}
 	return nil
 }

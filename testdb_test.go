@@ -134,7 +134,7 @@ func forEachStore(t *testing.T, fn func(t *testing.T, store Store)) {
 		// before the test begins.
 		pg := openTestStore(t)
 		neg := newNegCache(pg, 1000, defaultNegCacheTTL, true, noCount{})
-		tb := &testBloom{bloomStore: newBloomStore(newFlightStore(neg, noCount{}), pg.db, defaultBloomFPRate, true,
+		tb := &testBloom{bloomStore: newBloomStore(newFlightStore(neg, noCount{}), pg.db, defaultBloomFPRate, true, noSweep,
 			(*metrics)(nil).bloomCounts(), discardLog)}
 		tb.start(t)
 		waitTrusted(t, tb.bloomStore, true)

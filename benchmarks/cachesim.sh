@@ -28,7 +28,7 @@ keep=$out
 [ -n "$out" ] || out="$tmp/out"
 mkdir -p "$out"
 go build -o "$tmp/zipf" ./benchmarks/zipf
-go build -o "$tmp/cachesim" ./benchmarks/cachesim
+(cd benchmarks/cachesim && go build -o "$tmp/cachesim" .) # a module of its own (step 24)
 for s in 1.0 0.8; do
 	name=$(echo "$s" | tr -d .)
 	"$tmp/zipf" -links "$links" -s "$s" -n "$n" -seed 1 >"$tmp/stream"

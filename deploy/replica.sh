@@ -7,7 +7,7 @@
 #   deploy/replica.sh status   whether it runs, and how far behind it is
 #   deploy/replica.sh down     stop it and delete its data directory
 #
-# Settings: PRIMARY_URL (postgres://postgres@127.0.0.1:5432/postgres), a
+# Settings: PRIMARY_URL (ADMIN_DATABASE_URL, else postgres://postgres@127.0.0.1:5432/postgres), a
 # superuser or a role with REPLICATION; REPLICA_PORT (5433); REPLICA_DIR
 # (.replica under the repository: data, log, socket). The app reads from it
 # with DATABASE_REPLICA_URL=postgres://postgres@127.0.0.1:5433/<db>?sslmode=disable.
@@ -21,7 +21,7 @@ set -euo pipefail
 
 cd "$(dirname "$0")/.."
 root=$(pwd)
-primary=${PRIMARY_URL:-postgres://postgres@127.0.0.1:5432/postgres}
+primary=${PRIMARY_URL:-${ADMIN_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/postgres}}
 port=${REPLICA_PORT:-5433}
 dir=${REPLICA_DIR:-.replica}
 case $dir in /*) ;; *) dir=$root/$dir ;; esac

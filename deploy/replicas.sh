@@ -11,7 +11,8 @@
 #   deploy/replicas.sh check [N] nginx -t on deploy/nginx.conf, starting nothing
 #
 # The instances get the caller's environment (DATABASE_URL, REDIS_URL, ...),
-# plus, unless already set: BASE_URL=http://127.0.0.1:$NGINX_PORT,
+# plus, unless already set: BASE_URL=http://127.0.0.1:$NGINX_PORT (with TLS
+# on, https://127.0.0.1:$NGINX_TLS_PORT),
 # TRUSTED_PROXIES=127.0.0.1/32,::1/128, and with DATABASE_URL a pool size that
 # lets N instances fit in Postgres's max_connections. restart reuses the
 # environment that up saw; to change a setting, run down, then up.
@@ -526,7 +527,13 @@ cmd_up() {
 	fi
 
 	size_pool "$n"
-	export BASE_URL=${BASE_URL:-http://127.0.0.1:$port}
+	# With TLS on, the public face is https: a create over either port gets
+	# an https short_url (step 24; before it, http://...:8080 always).
+	if tls_on; then
+		export BASE_URL=${BASE_URL:-https://127.0.0.1:${NGINX_TLS_PORT:-8443}}
+	else
+		export BASE_URL=${BASE_URL:-http://127.0.0.1:$port}
+	fi
 	export TRUSTED_PROXIES=${TRUSTED_PROXIES:-127.0.0.1/32,::1/128}
 	# Without Redis, no instance hears of another's creates: a Bloom filter
 	# or a negative cache would answer 404 for links made elsewhere.
@@ -583,6 +590,9 @@ cmd_up() {
 	done
 	trap - INT TERM
 	say "nginx: pid $(nginx_pid) on $(nginx_where "$port") in front of $n instances, config $(show "$ngx_dir")/nginx.conf, error log $(show "$ngx_dir")/error.log"
+	if tls_on; then
+		say "nginx: https (HTTP/2 and HTTP/1.1) on 127.0.0.1:${NGINX_TLS_PORT:-8443}, certificate $NGINX_TLS_CERT"
+	fi
 	say "env:  BASE_URL=$BASE_URL TRUSTED_PROXIES=$TRUSTED_PROXIES${DATABASE_URL:+ DB_MAX_OPEN_CONNS=$DB_MAX_OPEN_CONNS DB_MAX_IDLE_CONNS=$DB_MAX_IDLE_CONNS}"
 	say "try:  curl -i -X POST http://127.0.0.1:$port/shorten -d '{\"url\":\"https://go.dev\"}'"
 	if [ -n "${REPLICAS_DIR:-}" ]; then

@@ -127,7 +127,7 @@ async function load() {
     // this checks again what the page is given.
     if (/^https?:\/\//i.test(link.url)) target.href = link.url;
     else target.removeAttribute("href");
-    document.getElementById("total").textContent = String(link.clicks);
+    document.getElementById("total").textContent = String(link.redirects);
     const created = document.getElementById("created");
     created.dateTime = link.created_at;
     created.textContent = new Date(link.created_at).toLocaleString();
