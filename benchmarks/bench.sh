@@ -81,7 +81,10 @@ fi
 cores=$(getconf _NPROCESSORS_ONLN 2>/dev/null || sysctl -n hw.ncpu)
 os="$(uname -sr)"
 [ -r /etc/os-release ] && os="$os, $(. /etc/os-release && echo "$PRETTY_NAME")"
-gov=$(go version 2>/dev/null | awk '{print $3}') || gov=unknown
+# (no pipefail in sh: the pipeline's status is awk's, so go's failure is
+# seen by the empty result)
+gov=$(go version 2>/dev/null | awk '{print $3}')
+[ -n "$gov" ] || gov=unknown
 heyv=$(go version -m "$(command -v "$hey")" 2>/dev/null | awk '$1 == "mod" {print $3}')
 pg="not used" rows="no database (memory store)" redis="not used"
 if [ -n "${DATABASE_URL:-}" ]; then

@@ -1,4 +1,4 @@
-#!/bin/sh
+#!/usr/bin/env bash
 # cache.sh: step 05's sitting, in one command. Starts a Redis of its own (on a
 # free port, no persistence, maxmemory 256mb, allkeys-lfu), a fresh Postgres
 # database seeded with sql/seed.sql, and two copies of the app built from this
@@ -22,7 +22,7 @@
 # Environment: ADMIN_DATABASE_URL (default
 # postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable). Needs go,
 # psql, redis-server, redis-cli, curl, hey and vegeta.
-set -eu
+set -euo pipefail
 
 runs=5 dur=8s warm=2s concs="50 200" rows=500000 distinct=100000 zdur=20s out='' parts='hey zipf'
 while getopts qo:n:d:r:z:Z:p: opt; do

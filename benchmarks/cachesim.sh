@@ -1,4 +1,4 @@
-#!/bin/sh
+#!/usr/bin/env bash
 # cachesim.sh: step 14's choice of the in-process cache's policy. For Zipf
 # s = 1.0 and s = 0.8 over ten million links, a recorded stream of codes
 # (benchmarks/zipf, seed 1) replayed through golang-lru and otter at equal
@@ -12,7 +12,7 @@
 #
 # About 6 minutes with the defaults (5,000,000 codes, budgets 8, 32 and
 # 128 MiB, 3 runs), a few seconds with -q. Needs go.
-set -eu
+set -euo pipefail
 links=10000000 n=5000000 budgets=8MiB,32MiB,128MiB runs=3 gets=2000000 out=''
 while getopts qo: opt; do
 	case $opt in

@@ -77,18 +77,15 @@ commit="$(git rev-parse --short=12 HEAD)$(git diff --quiet HEAD -- . ':!benchmar
 header() { # header TITLE PART
 	echo "# $1"
 	echo "# made by:   benchmarks/ceiling.sh -n $rounds -d $dur${tree:+ -t $tree} -s $(echo $steps | tr ' ' ,) (part $2); code id $codeid, commit $commit, date $(date -u '+%Y-%m-%dT%H:%M:%SZ')"
-	echo "# machine:   $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1), $(nproc) cores, $(awk '/^MemTotal/ {printf "%.1f GiB", $2 / 1048576}' /proc/meminfo), $(uname -sr)"
+	echo "# machine:   $(machine_line)"
 	echo "# software:  $(go version | awk '{print $3}'), postgres $(psql "$admin" -Atc 'show server_version'), redis $(redis-server --version | cut -d' ' -f3 | sed 's/v=//'), nginx $(nginx -v 2>&1 | sed 's/.*nginx\///'), hey $(go version -m "$(command -v hey)" | awk '$1 == "mod" {print $3}'), vegeta $(go version -m "$(command -v vegeta)" | awk '$1 == "mod" {print $3}'), $(wrk -v 2>&1 | head -n 1 | cut -d' ' -f1-2)"
 	echo "# load:      concurrency $conc (wrk: 2 threads, $conc connections; vegeta: -rate 0, $conc workers), ${dur} s per run after a 1 s warm-up, all on this machine"
 	echo "# cpu:       each process's user+system CPU over the measured run (/proc/PID/stat; the generator's from GNU time), in µs per response"
 }
 
-# ticks PIDS: utime+stime of the processes (comma- or space-separated), summed.
-ticks() {
-	for p in $(echo "$1" | tr ',' ' '); do cat "/proc/$p/stat" || exit 1; done | awk '{s += $14 + $15} END {print s + 0}'
-}
-# ticks_name NAME: of every process so named, with children reaped (Postgres backends).
-ticks_name() { { cat /proc/[0-9]*/stat 2>/dev/null || true; } | awk -v n="($1)" '$2 == n {s += $14 + $15 + $16 + $17} END {print s + 0}'; }
+# CPU ticks: lib.sh's ticks_pids PIDS (comma- or space-separated, summed; one
+# that has ended stops the script) and ticks_named NAME (every process so
+# named, with children reaped: Postgres backends).
 hz=$(getconf CLK_TCK)
 
 # rps GEN FILE, n GEN FILE: throughput and responses, from the generator's own words.
@@ -117,9 +114,9 @@ bad() {
 # measure GEN URL PIDS FILE: one measured run; prints "rps server_us gen_us bad".
 measure() {
 	local gen=$1 url=$2 pids=$3 f=$4 t0 t1
-	t0=$(ticks "$pids")
+	t0=$(ticks_pids "$pids")
 	load_once "$gen" "$url" "$f"
-	t1=$(ticks "$pids")
+	t1=$(ticks_pids "$pids")
 	awk -v r="$(rps "$gen" "$f")" -v n="$(nresp "$gen" "$f")" -v s=$((t1 - t0)) -v hz="$hz" -v g="$(awk '{print $1 + $2}' "$f.cpu")" -v b="$(bad "$gen" "$f")" \
 		'BEGIN {printf "%.0f %.1f %.1f %d\n", r, n ? s / hz / n * 1e6 : 0, n ? g / n * 1e6 : 0, b}'
 }
@@ -311,9 +308,9 @@ if want nginx; then
 	# thousand requests spread over them.
 	warmup wrk "$nurl" "$tmp/n/w"
 	for i in $(seq 1 "$rounds"); do
-		a0=$(ticks "$apps") n0=$(ticks "$ngx") p0=$(ticks_name postgres) r0=$(ticks_name redis-server)
+		a0=$(ticks_pids "$apps") n0=$(ticks_pids "$ngx") p0=$(ticks_named postgres) r0=$(ticks_named redis-server)
 		load_once wrk "$nurl" "$tmp/n/$i"
-		a1=$(ticks "$apps") n1=$(ticks "$ngx") p1=$(ticks_name postgres) r1=$(ticks_name redis-server)
+		a1=$(ticks_pids "$apps") n1=$(ticks_pids "$ngx") p1=$(ticks_named postgres) r1=$(ticks_named redis-server)
 		awk -v i="$i" -v r="$(rps wrk "$tmp/n/$i")" -v n="$(nresp wrk "$tmp/n/$i")" -v hz="$hz" -v a=$((a1 - a0)) -v x=$((n1 - n0)) \
 			-v p=$((p1 - p0)) -v rd=$((r1 - r0)) -v g="$(awk '{print $1 + $2}' "$tmp/n/$i.cpu")" -v b="$(bad wrk "$tmp/n/$i")" \
 			'BEGIN {u = 1e6 / hz / n; printf "%d %.0f %.1f %.1f %.1f %.1f %.1f %.3f %d\n", i, r, x * u, a * u, p * u, rd * u, g / n * 1e6, x / (a ? a : 1), b}' >>"$tmp/n/rows"

@@ -96,8 +96,7 @@ db_made=1
 nq=${admin%%\?*}
 dburl="${nq%/*}/$db${admin#"$nq"}"
 
-ticks() { for p in $(echo "$1" | tr ',' ' '); do cat "/proc/$p/stat" || exit 1; done | awk '{s += $14 + $15} END {print s + 0}'; }
-ticks_name() { { cat /proc/[0-9]*/stat 2>/dev/null || true; } | awk -v n="($1)" '$2 == n {s += $14 + $15 + $16 + $17} END {print s + 0}'; }
+# CPU ticks: lib.sh's ticks_pids (a comma list, summed) and ticks_named.
 hz=$(getconf CLK_TCK)
 rps() { awk '/^Requests\/sec:/ {print $2}' "$1"; }
 nresp() { awk '/requests in/ {print $1}' "$1"; }
@@ -105,7 +104,7 @@ bad() { awk '/Non-2xx or 3xx/ {x += $NF} /Socket errors/ {gsub(",", ""); n += $4
 header() { # header TITLE PART
 	echo "# $1"
 	echo "# made by:   benchmarks/changes.sh ${args:-(no flags)} (part $2): -n $rounds -d $dur -e $edits -r $redits; code id $codeid, commit $commit, date $(date -u '+%Y-%m-%dT%H:%M:%SZ')"
-	echo "# machine:   $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1), $(nproc) cores, $(awk '/^MemTotal/ {printf "%.1f GiB", $2 / 1048576}' /proc/meminfo), $(uname -sr)"
+	echo "# machine:   $(machine_line)"
 	echo "# software:  $(go version | awk '{print $3}'), postgres $(psql "$admin" -Atc 'show server_version'), redis $(redis-server --version | cut -d' ' -f3 | sed 's/v=//'), $(wrk -v 2>&1 | head -n 1 | cut -d' ' -f1-2)"
 }
 # start_app NAME ENV...: an instance of this tree's app on the sitting's
@@ -147,9 +146,9 @@ if want warm; then
 		if [ $((i % 2)) = 1 ]; then order="h r"; else order="r h"; fi
 		for k in $order; do
 			u="$w_url/healthz"; [ "$k" = r ] && u="$w_url/$hot"
-			t0=$(ticks "$w_pid")
+			t0=$(ticks_pids "$w_pid")
 			/usr/bin/time -f '%U %S' -o "$dir/$i-$k.cpu" wrk -t2 -c"$conc" -d"${dur}s" --latency "$u" >"$dir/$i-$k" 2>&1
-			t1=$(ticks "$w_pid")
+			t1=$(ticks_pids "$w_pid")
 			awk -v r="$(rps "$dir/$i-$k")" -v n="$(nresp "$dir/$i-$k")" -v hz="$hz" -v a=$((t1 - t0)) -v g="$(awk '{print $1 + $2}' "$dir/$i-$k.cpu")" -v b="$(bad "$dir/$i-$k")" \
 				'BEGIN { printf "%.0f %.1f %.1f %d\n", r, n ? a * 1e6 / hz / n : 0, n ? g / n * 1e6 : 0, b }' >"$dir/$i-$k.sum"
 		done
@@ -194,10 +193,10 @@ if want edits; then
 		wpids="$wpids $!"
 	done
 	sleep 3 # the load under way, and every instance's caches warm
-	t0=$(ticks "$a_pid,$b_pid,$c_pid") p0=$(ticks_name postgres) r0=$(ticks "$redis_pid") s0=$(date +%s.%N)
+	t0=$(ticks_pids "$a_pid,$b_pid,$c_pid") p0=$(ticks_named postgres) r0=$(ticks_pids "$redis_pid") s0=$(date +%s.%N)
 	PROPAGATE_TOKEN=$token "$tmp/propagate" -instances "$instances" -code "$code" -n "$edits" -every 100ms -poll 1ms -timeout 5s -delete >"$dir/probe" 2>&1 ||
 		{ echo "changes.sh: propagate failed:" >&2; cat "$dir/probe" >&2; exit 1; }
-	t1=$(ticks "$a_pid,$b_pid,$c_pid") p1=$(ticks_name postgres) r1=$(ticks "$redis_pid") s1=$(date +%s.%N)
+	t1=$(ticks_pids "$a_pid,$b_pid,$c_pid") p1=$(ticks_named postgres) r1=$(ticks_pids "$redis_pid") s1=$(date +%s.%N)
 	for p in $wpids; do wait "$p"; done
 	for n in 1 2 3; do vegeta report "$dir/load$n.bin" >"$dir/load$n.txt"; done
 	{

@@ -1,4 +1,4 @@
-#!/bin/sh
+#!/usr/bin/env bash
 # chart.sh: draw the steps table that table.sh wrote as an SVG chart, in
 # two panels that share the steps axis and nothing else: above, the
 # redirect's and the create's ratio to /healthz of the same step (dots
@@ -6,7 +6,7 @@
 # requests a second, each labelled with its median). Whiskers show the
 # spread: the min–max of the runs for a bar, and for a ratio the redirect's
 # (or create's) min over /healthz's max to its max over /healthz's min.
-# POSIX sh and awk; no plotting library.
+# bash and awk; no plotting library.
 #
 #   benchmarks/chart.sh [-a 'NN-MM:note']... TABLE.md > chart.svg
 #
@@ -15,7 +15,7 @@
 # or create row is drawn without that bar. -a shades steps NN to MM in both
 # panels and writes the note above them (say, two steps that are the same
 # program measured twice); two -a fit, each note on a line of its own.
-set -eu
+set -euo pipefail
 usage() { sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 notes=''
 while getopts a: opt; do

@@ -1,4 +1,4 @@
-#!/bin/sh
+#!/usr/bin/env bash
 # clicks.sh: step 07's sitting, in one command. Starts a Redis of its own and
 # a fresh Postgres database seeded with sql/seed.sql, then measures with hey
 # (bench.sh), each against a fresh copy of the app with the cache on:
@@ -23,7 +23,7 @@
 # Environment: ADMIN_DATABASE_URL (default
 # postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable). Needs go,
 # psql, redis-server, redis-cli, curl, hey and vegeta.
-set -eu
+set -euo pipefail
 
 runs=5 dur=8s warm=2s conc=50 rows=500000 rate=2000 out=''
 while getopts qo:n:d:r:R: opt; do

@@ -8,6 +8,13 @@
 # output is not the one that was measured.
 set -eu
 cd "${1:-$(git rev-parse --show-toplevel)}"
-for f in $(ls *.go go.mod go.sum sql/*.sql web/* 2>/dev/null | grep -v '_test\.go$' | LC_ALL=C sort); do
-	printf '%s %s\n' "$(git hash-object "$f")" "$f"
-done | git hash-object --stdin | cut -c1-12
+# POSIX sh has no pipefail: each step that can fail is checked on its own.
+# (ls finds no web/ before step 19, and says so on the standard error.)
+files=$(ls *.go go.mod go.sum sql/*.sql web/* 2>/dev/null | grep -v '_test\.go$' | LC_ALL=C sort)
+[ -n "$files" ] || { echo "codeid.sh: no source files in $(pwd)" >&2; exit 1; }
+list=$(for f in $files; do
+	h=$(git hash-object "$f") || exit 1
+	printf '%s %s\n' "$h" "$f"
+done) || { echo "codeid.sh: git hash-object failed in $(pwd)" >&2; exit 1; }
+id=$(printf '%s\n' "$list" | git hash-object --stdin)
+printf '%.12s\n' "$id"

@@ -1,4 +1,4 @@
-#!/bin/sh
+#!/usr/bin/env bash
 # compulsory.sh: the share of a Zipf stream's lookups that ask for a link not
 # asked for before in the stream: misses that no cache of any size avoids
 # (compulsory misses), so 100% minus it is the best hit ratio a cache that
@@ -8,7 +8,7 @@
 # benchmarks/14-compulsory.txt.
 #
 #   benchmarks/compulsory.sh
-set -eu
+set -euo pipefail
 cd "$(git rev-parse --show-toplevel)"
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/compulsory.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT

@@ -224,7 +224,7 @@ commit="$(git rev-parse --short=12 HEAD)$(git diff --quiet HEAD -- . ':!benchmar
 {
 	echo "# connections: a new connection per request, with and without TLS, direct and through nginx"
 	echo "# made by:   benchmarks/connections.sh${wrk:+ -w} -n $rounds -d $dur; code id $(sh "$here/codeid.sh"), commit $commit, date $(date -u '+%Y-%m-%dT%H:%M:%SZ')"
-	echo "# machine:   $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1), $(nproc) cores, $(awk '/^MemTotal/ {printf "%.1f GiB", $2 / 1048576}' /proc/meminfo), $(uname -sr)"
+	echo "# machine:   $(machine_line)"
 	echo "# software:  $(go version | awk '{print $3}'), postgres $(psql "$admin" -Atc 'show server_version'), redis $(redis-server --version | cut -d' ' -f3 | sed 's/v=//'), nginx $(nginx -v 2>&1 | sed 's/.*nginx\///'), $(openssl version | cut -d' ' -f1-2), hey $(go version -m "$(command -v hey)" | awk '$1 == "mod" {print $3}')"
 	echo "# data:      $rows seeded links; one hot link ($code), in every instance's memory before the first run"
 	echo "# load:      concurrency $conc, ${dur} s per run after a 1 s warm-up, all on this machine; rounds go through the variants in order, reversed in even rounds"

@@ -70,16 +70,15 @@ newdb() {
 	dbs="$dbs $1"
 	newurl="${nq%/*}/$1${admin#"$nq"}"
 }
-ticks() { for p in $(echo "$1" | tr ',' ' '); do cat "/proc/$p/stat" || exit 1; done | awk '{s += $14 + $15} END {print s + 0}'; }
-# pg_ticks: the CPU of every postgres process, and of those that have
+# CPU ticks: lib.sh's ticks_pids (a comma list, summed), and ticks_named
+# postgres: the CPU of every postgres process, and of those that have
 # ended (a backend ends with its connection, and the postmaster, its
 # parent, then holds its CPU in cutime and cstime).
-pg_ticks() { { cat /proc/[0-9]*/stat 2>/dev/null || true; } | awk '$2 == "(postgres)" {s += $14 + $15 + $16 + $17} END {print s + 0}'; }
 hz=$(getconf CLK_TCK)
 header() { # header TITLE PART
 	echo "# $1"
 	echo "# made by:   benchmarks/creates.sh ${args:-(no flags)} (part $2): -n $rounds -d $dur -l $links -r $rows; code id $codeid, commit $commit, date $(date -u '+%Y-%m-%dT%H:%M:%SZ')"
-	echo "# machine:   $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1), $(nproc) cores, $(awk '/^MemTotal/ {printf "%.1f GiB", $2 / 1048576}' /proc/meminfo), $(uname -sr)"
+	echo "# machine:   $(machine_line)"
 	echo "# software:  $(go version | awk '{print $3}'), postgres $(psql "$admin" -Atc 'show server_version') (synchronous_commit $(psql "$admin" -Atc 'show synchronous_commit')), redis $(redis-server --version | cut -d' ' -f3 | sed 's/v=//'), hey $(go version -m "$(command -v hey)" 2>/dev/null | awk '$1 == "mod" {print $3}'), $(wrk -v 2>&1 | head -n 1 | cut -d' ' -f1-2)"
 }
 
@@ -124,7 +123,7 @@ if want speed; then
 		seq | wseq) url="$seq_url/shorten" app=$seq_pid ;;
 		rnd) url="$rnd_url/shorten" app=$rnd_pid ;;
 		esac
-		t0=$(ticks "$app") p0=$(pg_ticks) r0=$(ticks "$rpid")
+		t0=$(ticks_pids "$app") p0=$(ticks_named postgres) r0=$(ticks_pids "$rpid")
 		if [ "$k" = wh ]; then
 			/usr/bin/time -f '%U %S' -o "$f.cpu" wrk -t2 -c"$conc" -d"${dur}s" --latency "$url" >"$f" 2>&1
 		elif [ "${k#w}" != "$k" ]; then
@@ -134,7 +133,7 @@ if want speed; then
 		else
 			/usr/bin/time -f '%U %S' -o "$f.cpu" hey -z "${dur}s" -c "$conc" -m POST -T application/json -d "$body" "$url" >"$f" 2>&1
 		fi
-		t1=$(ticks "$app") p1=$(pg_ticks) r1=$(ticks "$rpid")
+		t1=$(ticks_pids "$app") p1=$(ticks_named postgres) r1=$(ticks_pids "$rpid")
 		if [ "${k#w}" != "$k" ]; then
 			# wrk: req/s, responses less the non-2xx and socket errors, those, app µs, pg µs, redis µs, wrk µs per ok response, p50 and p99 ms
 			awk -v hz="$hz" -v a=$((t1 - t0)) -v p=$((p1 - p0)) -v r=$((r1 - r0)) -v g="$(awk '{print $1 + $2}' "$f.cpu")" '
@@ -226,15 +225,15 @@ if want import; then
 		uc=$newurl
 		PGOPTIONS='-c client_min_messages=warning' psql "$ui" -q -v ON_ERROR_STOP=1 -f sql/schema.sql >/dev/null
 		PGOPTIONS='-c client_min_messages=warning' psql "$uc" -q -v ON_ERROR_STOP=1 -f sql/schema.sql >/dev/null
-		p0=$(pg_ticks) t0=$(date +%s%N)
+		p0=$(ticks_named postgres) t0=$(date +%s%N)
 		DATABASE_URL="$ui" /usr/bin/time -f '%U %S' -o "$dir/$i-import.cpu" "$tmp/app" import "$dir/urls.txt" >"$dir/$i-import.tsv" 2>"$dir/$i-import.log"
-		t1=$(date +%s%N) p1=$(pg_ticks)
+		t1=$(date +%s%N) p1=$(ticks_named postgres)
 		n=$(psql "$ui" -Atc 'SELECT count(*) FROM links')
 		printed=$(wc -l <"$dir/$i-import.tsv")
 		psql "$ui" -qc "\\copy (SELECT code, url, token_hash FROM links) TO '$dir/rows.copy'"
-		q0=$(pg_ticks) s0=$(date +%s%N)
+		q0=$(ticks_named postgres) s0=$(date +%s%N)
 		/usr/bin/time -f '%U %S' -o "$dir/$i-copy.cpu" psql "$uc" -qc "\\copy links (code, url, token_hash) FROM '$dir/rows.copy'" >"$dir/$i-copy.log" 2>&1
-		s1=$(date +%s%N) q1=$(pg_ticks)
+		s1=$(date +%s%N) q1=$(ticks_named postgres)
 		m=$(psql "$uc" -Atc 'SELECT count(*) FROM links')
 		awk -v i="$i" -v n="$n" -v pr="$printed" -v m="$m" -v ti=$((t1 - t0)) -v tc=$((s1 - s0)) -v pi=$((p1 - p0)) -v pc=$((q1 - q0)) -v hz="$hz" \
 			-v ai="$(awk '{print $1 + $2}' "$dir/$i-import.cpu")" -v ac="$(awk '{print $1 + $2}' "$dir/$i-copy.cpu")" \

@@ -1,8 +1,8 @@
-#!/bin/sh
+#!/usr/bin/env bash
 # explain.sh CODE: EXPLAIN (ANALYZE, BUFFERS) of the app's lookup for CODE
 # against $DATABASE_URL, three times in a row (the first may read from disk,
 # the others from Postgres's buffers), with a header saying how it was made.
-set -eu
+set -euo pipefail
 code=${1:?usage: benchmarks/explain.sh CODE}
 : "${DATABASE_URL:?set DATABASE_URL}"
 repo=$(git rev-parse --show-toplevel)

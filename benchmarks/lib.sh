@@ -1,6 +1,10 @@
 # lib.sh: what the sitting scripts share (cache.sh, nginx.sh, clicks.sh,
-# limits.sh, metrics.sh, writes.sh, onebox.sh, profile.sh; table.sh uses
-# freeport; pair.sh freeport, start_redis, medians and the /proc readers).
+# limits.sh, metrics.sh, writes.sh, onebox.sh, profile.sh; table.sh and
+# pair.sh start a step with step_tree, seeded_db and step_app, and use
+# start_redis; pair.sh medians and the /proc readers; ticks_pids and
+# ticks_named: ceiling.sh, changes.sh, creates.sh, longtail.sh, misses.sh
+# (suitecpu.sh ticks_named); machine_line: those five, connections.sh,
+# page.sh and dbcost.sh).
 # POSIX sh. A script sources it from its own folder, before it
 # changes directory, then calls sitting:
 #   . "$(dirname "$0")/lib.sh"
@@ -94,7 +98,9 @@ reqs() {
 # requests a second to BASE's, the ratio the docs' tables quote.
 headline() {
 	[ -f "$1" ] || return 0 # a glob that matched nothing: no outputs
-	_line=$(grep -hE '^# (median req/s|slow|redis hit ratio)|^#   (Requests|Status Codes)' "$1" | sed 's/^# *//' | tr -s ' ' | paste -sd ' ' -)
+	# a file may hold no such line: grep's "nothing found" must not end a
+	# script run with pipefail
+	_line=$({ grep -hE '^# (median req/s|slow|redis hit ratio)|^#   (Requests|Status Codes)' "$1" || true; } | sed 's/^# *//' | tr -s ' ' | paste -sd ' ' -)
 	if [ -n "${2:-}" ] && [ -f "$2" ] && [ "$1" != "$2" ]; then
 		_line="ratio to $(basename "$2" .txt): $(awk -v a="$(reqs "$1")" -v b="$(reqs "$2")" 'BEGIN { if (a > 0 && b > 0) printf "%.3f", a / b; else printf "-" }')  $_line"
 	fi
@@ -155,18 +161,57 @@ backends() {
 	redis_pid=$(redis-cli -p "$redis_port" info server | tr -d '\r' | sed -n 's/^process_id://p')
 }
 
-# seeded_db ADMIN_URL ROWS: create the database named $db (the caller picks
-# the name first, so that its cleanup can drop it whatever happens), apply
-# sql/schema.sql, seed ROWS links with sql/seed.sql. Sets dburl, the new
-# database's URL, and code, the code of the middle seeded link.
+# seeded_db ADMIN_URL ROWS [TREE]: create the database named $db (the
+# caller picks the name first, so that its cleanup can drop it whatever
+# happens), apply TREE's sql/schema.sql and seed ROWS links with its
+# sql/seed.sql (TREE: a step's worktree; by default this checkout). Sets
+# dburl, the new database's URL, and code, the code of the middle seeded
+# link. An SQL error stops the script (psql -f alone would go on and exit 0).
 seeded_db() {
-	_root=$(git rev-parse --show-toplevel)
+	_root=${3:-$(git rev-parse --show-toplevel)}
 	psql "$1" -qc "CREATE DATABASE $db" >/dev/null
 	_nq=${1%%\?*}
 	dburl="${_nq%/*}/$db${1#"$_nq"}"
-	psql "$dburl" -q -f "$_root/sql/schema.sql" >/dev/null
-	psql "$dburl" -q -v rows="$2" -f "$_root/sql/seed.sql" >/dev/null
+	PGOPTIONS='-c client_min_messages=warning' psql "$dburl" -q -v ON_ERROR_STOP=1 -f "$_root/sql/schema.sql" >/dev/null
+	psql "$dburl" -q -v ON_ERROR_STOP=1 -v rows="$2" -f "$_root/sql/seed.sql" >/dev/null
 	code=$(psql "$dburl" -Atc "select code from links where url = 'https://example.com/seed/$(($2 / 2))'")
+}
+
+# The start of a step, as table.sh and pair.sh measure one: its commit
+# built in a worktree of its own, a database seeded by its own sql/ files
+# (seeded_db ... TREE), then the app started with:
+#
+# step_tree HASH TREE BIN: check out HASH into the new worktree TREE (the
+# caller records TREE for its cleanup first) and build it to BIN.
+step_tree() {
+	git worktree add --detach "$2" "$1" >/dev/null 2>&1 || { echo "git worktree add of $1 failed" >&2; exit 1; }
+	(cd "$2" && go build -o "$3" .) || { echo "the commit $1 does not build" >&2; exit 1; }
+}
+# step_app BIN LOG [VAR=VALUE ...]: start BIN with DATABASE_URL=$dburl and
+# REDIS_URL=$redisurl (either may be empty), listening on ports the kernel
+# picks (ADDR and METRICS_ADDR 127.0.0.1:0), creates never refused
+# (CREATE_RATE and CREATE_BURST 1000000: the limit's cost, a Redis call,
+# stays in every create; steps before 08 ignore both), and the VAR=VALUE
+# words added; its standard error to LOG. Sets app_pid at once (for the
+# caller's cleanup), then app_port, read from the log (the line that is not
+# "metrics listening"), once /healthz answers there; stops the script,
+# showing LOG, if the app exits or has not answered within 30 s.
+step_app() {
+	_bin=$1 _log=$2
+	shift 2
+	env ADDR=127.0.0.1:0 METRICS_ADDR=127.0.0.1:0 DATABASE_URL="$dburl" REDIS_URL="$redisurl" \
+		CREATE_RATE=1000000 CREATE_BURST=1000000 "$@" "$_bin" 2>"$_log" &
+	app_pid=$!
+	app_port='' _i=0
+	until [ -n "$app_port" ] && curl -fs -o /dev/null "http://127.0.0.1:$app_port/healthz"; do
+		_i=$((_i + 1))
+		[ "$_i" -lt 300 ] || { echo "$_bin did not answer /healthz; its log:" >&2; cat "$_log" >&2; exit 1; }
+		kill -0 "$app_pid" 2>/dev/null || { echo "$_bin exited; its log:" >&2; cat "$_log" >&2; exit 1; }
+		sleep 0.1
+		# awk, not grep | sed: grep finds nothing in a log still empty, and
+		# under pipefail that would end the script.
+		app_port=$(awk '!/metrics listening/ && match($0, /addr"?[=:]"?127\.0\.0\.1:[0-9]+/) { a = substr($0, RSTART, RLENGTH); sub(/.*:/, "", a); print a; exit }' "$_log")
+	done
 }
 
 # medians: copies a table of rounds (a round number, then numbers) from
@@ -193,4 +238,23 @@ ticks_named() {
 # ticks_of PID: user + system ticks of one process, 0 if it has ended.
 ticks_of() {
 	{ cat "/proc/$1/stat" 2>/dev/null || true; } | awk '{s += $14 + $15} END {print s + 0}'
+}
+# ticks_pids PID[,PID...]: user + system ticks of the processes listed,
+# summed. Unlike ticks_of, a process that has ended is an error: the
+# function exits (the script too, when it called this in $(...) under set
+# -e): a sum that silently lost a process would read as less CPU.
+ticks_pids() {
+	_files=''
+	for _p in $(echo "$1" | tr ',' ' '); do
+		[ -r "/proc/$_p/stat" ] || { echo "process $_p has ended: its CPU cannot be read" >&2; exit 1; }
+		_files="$_files /proc/$_p/stat"
+	done
+	[ -n "$_files" ] || { echo "ticks_pids: no process given" >&2; exit 1; }
+	# shellcheck disable=SC2086 # the paths hold no spaces
+	awk '{s += $14 + $15} END {print s + 0}' $_files
+}
+# machine_line: the CPU model, cores, memory and kernel, for an output's
+# "# machine:" line.
+machine_line() {
+	echo "$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1), $(nproc) cores, $(awk '/^MemTotal/ {printf "%.1f GiB", $2 / 1048576}' /proc/meminfo), $(uname -sr)"
 }

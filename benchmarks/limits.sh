@@ -1,4 +1,4 @@
-#!/bin/sh
+#!/usr/bin/env bash
 # limits.sh: step 08's sitting, in one command. Starts a Redis of its own and
 # a fresh Postgres database seeded with sql/seed.sql, builds this tree and
 # step 07's (the "before"), and measures, each against a fresh copy of the app:
@@ -33,7 +33,7 @@
 # Environment: ADMIN_DATABASE_URL (default
 # postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable). Needs go, git,
 # psql, redis-server, redis-cli, curl, hey, vegeta, and nginx for ratelimit.
-set -eu
+set -euo pipefail
 
 runs=5 dur=8s warm=2s conc=50 rows=500000 rate=2000 out='' parts='bench failures ratelimit'
 xdur=20s zdur=20s wdur=10s stop_at=5 cont_at=13 crate=50 flood=10s rldur=24s

@@ -171,12 +171,9 @@ fi
 
 # ---- measuring
 
-# ticks PIDS: utime+stime of the processes (comma- or space-separated), summed.
-ticks() {
-	for p in $(echo "$1" | tr ',' ' '); do cat "/proc/$p/stat" || exit 1; done | awk '{s += $14 + $15} END {print s + 0}'
-}
-# ticks_name NAME: of every process so named, with children reaped (Postgres backends).
-ticks_name() { { cat /proc/[0-9]*/stat 2>/dev/null || true; } | awk -v n="($1)" '$2 == n {s += $14 + $15 + $16 + $17} END {print s + 0}'; }
+# CPU ticks: lib.sh's ticks_pids PIDS (comma- or space-separated, summed; one
+# that has ended stops the script) and ticks_named NAME (every process so
+# named, with children reaped: Postgres backends).
 hz=$(getconf CLK_TCK)
 rps() { awk '/^Requests\/sec:/ {print $2}' "$1"; }
 nresp() { awk '/requests in/ {print $1}' "$1"; }
@@ -272,7 +269,7 @@ medians() {
 header() { # header TITLE PART
 	echo "# $1"
 	echo "# made by:   benchmarks/longtail.sh ${args:-(no flags)} (part $2): -n $rounds -d $dur -w $warm -l $links; code id $codeid, commit $commit, date $(date -u '+%Y-%m-%dT%H:%M:%SZ')"
-	echo "# machine:   $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1), $(nproc) cores, $(awk '/^MemTotal/ {printf "%.1f GiB", $2 / 1048576}' /proc/meminfo), $(uname -sr)"
+	echo "# machine:   $(machine_line)"
 	echo "# software:  $(go version | awk '{print $3}'), postgres $(psql "$admin" -Atc 'show server_version') (shared_buffers $(psql "$admin" -Atc 'show shared_buffers')), redis $(redis-server --version | cut -d' ' -f3 | sed 's/v=//'), $(wrk -v 2>&1 | head -n 1 | cut -d' ' -f1-2)"
 	echo "# database:  $ldb, $links links ($db_size); ${seeded_now:-kept from an earlier sitting}; its note: ${db_note:-none}"
 	echo "#            (kept between sittings when it holds exactly $links seeded links; -f seeds it again); click tables emptied before the part"
@@ -338,9 +335,9 @@ zipf_part() { # zipf_part NAME S SEEDBASE
 		for k in $order; do
 			local t0 p0 r0 t1 p1 r1
 			if [ "$k" = r ]; then scrape "$dir/$i.m0"; fi
-			t0=$(ticks "$app_pid") p0=$(ticks_name postgres) r0=$(ticks "$redis_pid")
+			t0=$(ticks_pids "$app_pid") p0=$(ticks_named postgres) r0=$(ticks_pids "$redis_pid")
 			if [ "$k" = h ]; then wrk_run "$dir/$i-h" "$app_url/healthz"; else wrk_run "$dir/$i-r" "$app_url" "$dir/$i.stream"; fi
-			t1=$(ticks "$app_pid") p1=$(ticks_name postgres) r1=$(ticks "$redis_pid")
+			t1=$(ticks_pids "$app_pid") p1=$(ticks_named postgres) r1=$(ticks_pids "$redis_pid")
 			if [ "$k" = r ]; then scrape "$dir/$i.m1"; fi
 			awk -v r="$(rps "$dir/$i-$k")" -v n="$(nresp "$dir/$i-$k")" -v hz="$hz" -v a=$((t1 - t0)) -v p=$((p1 - p0)) -v rd=$((r1 - r0)) \
 				-v g="$(awk '{print $1 + $2}' "$dir/$i-$k.cpu")" -v b="$(bad "$dir/$i-$k")" -v w="$(wrapped "$dir/$i-$k")" \
@@ -408,9 +405,9 @@ if want cold; then
 		stream "$dir/$i.stream" $((3000 + i)) "$dur" 1.0
 		start_app "cold$i"
 		scrape "$dir/$i.m0"
-		t0=$(ticks "$app_pid") p0=$(ticks_name postgres) r0=$(ticks "$redis_pid")
+		t0=$(ticks_pids "$app_pid") p0=$(ticks_named postgres) r0=$(ticks_pids "$redis_pid")
 		wrk_run "$dir/$i" "$app_url" "$dir/$i.stream"
-		t1=$(ticks "$app_pid") p1=$(ticks_name postgres) r1=$(ticks "$redis_pid")
+		t1=$(ticks_pids "$app_pid") p1=$(ticks_named postgres) r1=$(ticks_pids "$redis_pid")
 		scrape "$dir/$i.m1"
 		# Distinct codes that reached Postgres. Redis was empty and only the
 		# app fills it, from Postgres, so the first request for a code

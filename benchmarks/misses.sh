@@ -87,10 +87,7 @@ codeid=$(sh "$here/codeid.sh")
 commit="$(git rev-parse --short=12 HEAD)$(git diff --quiet HEAD -- . ':!benchmarks/15-*' || echo ' (dirty tree)')"
 go build -o "$tmp/app" .
 
-ticks() {
-	for p in $(echo "$1" | tr ',' ' '); do cat "/proc/$p/stat" || exit 1; done | awk '{s += $14 + $15} END {print s + 0}'
-}
-ticks_name() { { cat /proc/[0-9]*/stat 2>/dev/null || true; } | awk -v n="($1)" '$2 == n {s += $14 + $15 + $16 + $17} END {print s + 0}'; }
+# CPU ticks: lib.sh's ticks_pids (a comma list, summed) and ticks_named.
 hz=$(getconf CLK_TCK)
 rps() { awk '/^Requests\/sec:/ {print $2}' "$1"; }
 nresp() { awk '/requests in/ {print $1}' "$1"; }
@@ -151,7 +148,7 @@ medians() {
 header() { # header TITLE PART
 	echo "# $1"
 	echo "# made by:   benchmarks/misses.sh ${args:-(no flags)} (part $2): -n $rounds -d $dur -l $links; code id $codeid, commit $commit, date $(date -u '+%Y-%m-%dT%H:%M:%SZ')"
-	echo "# machine:   $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1), $(nproc) cores, $(awk '/^MemTotal/ {printf "%.1f GiB", $2 / 1048576}' /proc/meminfo), $(uname -sr)"
+	echo "# machine:   $(machine_line)"
 	echo "# software:  $(go version | awk '{print $3}'), postgres $(psql "$admin" -Atc 'show server_version') (shared_buffers $(psql "$admin" -Atc 'show shared_buffers')), redis $(redis-server --version | cut -d' ' -f3 | sed 's/v=//'), $(wrk -v 2>&1 | head -n 1 | cut -d' ' -f1-2)"
 }
 
@@ -211,14 +208,14 @@ if want flood; then
 			local_pid=$bloom_pid local_murl=$bloom_murl
 			if [ "$k" = p ]; then local_pid=$plain_pid local_murl=$plain_murl; fi
 			scrape "$dir/$i-$k.m0" "$local_murl"
-			t0=$(ticks "$local_pid") p0=$(ticks_name postgres) r0=$(ticks "$redis_pid")
+			t0=$(ticks_pids "$local_pid") p0=$(ticks_named postgres) r0=$(ticks_pids "$redis_pid")
 			case $k in
 			h) wrk_run "$dir/$i-h" "$bloom_url/healthz" ;;
 			b) wrk_run "$dir/$i-b" "$bloom_url" lua ;;
 			p) wrk_run "$dir/$i-p" "$plain_url" lua ;;
 			s) wrk_run "$dir/$i-s" "$bloom_url" lua 1 ;;
 			esac
-			t1=$(ticks "$local_pid") p1=$(ticks_name postgres) r1=$(ticks "$redis_pid")
+			t1=$(ticks_pids "$local_pid") p1=$(ticks_named postgres) r1=$(ticks_pids "$redis_pid")
 			scrape "$dir/$i-$k.m1" "$local_murl"
 			read -r st_404 st_302 st_other < <(statuses "$dir/$i-$k.m0" "$dir/$i-$k.m1")
 			if [ "$k" = h ]; then st_302=0 st_other=$(awk '/Non-2xx or 3xx/ {x += $NF} END {print x + 0}' "$dir/$i-h"); fi
@@ -327,9 +324,9 @@ if want creates; then
 		for s in $order; do
 			eval "u=\$c${s}1_url m=\$c${s}1_murl p1=\$c${s}1_pid p2=\$c${s}2_pid p3=\$c${s}3_pid"
 			scrape "$dir/$i-$s.m0" "$m"
-			t0=$(ticks "$p1") o0=$(ticks "$p2,$p3") g0=$(ticks_name postgres) r0=$(ticks "$redis_pid")
+			t0=$(ticks_pids "$p1") o0=$(ticks_pids "$p2,$p3") g0=$(ticks_named postgres) r0=$(ticks_pids "$redis_pid")
 			hey_run "$dir/$i-$s" "$u"
-			t1=$(ticks "$p1") o1=$(ticks "$p2,$p3") g1=$(ticks_name postgres) r1=$(ticks "$redis_pid")
+			t1=$(ticks_pids "$p1") o1=$(ticks_pids "$p2,$p3") g1=$(ticks_named postgres) r1=$(ticks_pids "$redis_pid")
 			scrape "$dir/$i-$s.m1" "$m"
 			to=$(delta "$dir/$i-$s.m0" "$dir/$i-$s.m1" shortener_bloom_ack_timeouts_total)
 			pf=$(delta "$dir/$i-$s.m0" "$dir/$i-$s.m1" shortener_bloom_publish_failures_total)

@@ -1,4 +1,4 @@
-#!/bin/sh
+#!/usr/bin/env bash
 # nginx.sh: step 06's sitting, in one command. Starts a Redis of its own and a
 # fresh Postgres database seeded with sql/seed.sql, then measures, one after
 # the other with hey (bench.sh): /healthz and the redirect of one seeded link
@@ -23,7 +23,7 @@
 # Environment: ADMIN_DATABASE_URL (default
 # postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable). Needs go,
 # psql, redis-server, redis-cli, nginx, curl, hey and vegeta.
-set -eu
+set -euo pipefail
 
 runs=5 dur=8s warm=2s conc=50 rows=500000 rate=2000 xdur1=20s xdur2=30s out='' parts='bench experiments'
 while getopts qo:n:d:r:R:p: opt; do

@@ -1,10 +1,10 @@
-#!/bin/sh
+#!/usr/bin/env bash
 # outage.sh PID [BASE]: what a 2-second outage looks like in hey's summary.
 # Measures /healthz 3 times as usual, then 3 times while the server (process
 # PID) is frozen with SIGSTOP for 2 s, about 4 s into each 10 s run, and
 # writes both outputs to DIR (default benchmarks/) as 04-outage-none.txt and
 # 04-outage-2s.txt.
-set -eu
+set -euo pipefail
 pid=${1:?usage: benchmarks/outage.sh PID [BASE]}
 base=${2:-http://127.0.0.1:8080}
 dir=$(dirname "$0")

@@ -59,7 +59,7 @@ ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 header() { # header TITLE PART
 	echo "# $1"
 	echo "# made by:   benchmarks/page.sh ${args:-(no flags)} (part $2): -n $rounds -d $dur -t $tries; code id $codeid, commit $commit, date $(date -u '+%Y-%m-%dT%H:%M:%SZ')"
-	echo "# machine:   $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1), $(nproc) cores, $(awk '/^MemTotal/ {printf "%.1f GiB", $2 / 1048576}' /proc/meminfo), $(uname -sr)"
+	echo "# machine:   $(machine_line)"
 	echo "# software:  $(go version | awk '{print $3}'), $(curl --version | head -n 1 | cut -d' ' -f1-2), hey $(go version -m "$(command -v hey)" 2>/dev/null | awk '$1 == "mod" {print $3}'), $(wrk -v 2>&1 | head -n 1 | cut -d' ' -f1-2)"
 	echo "# app:       this tree, one instance on a database of its own (1,000 links), no Redis; the page is served from memory (page.go)"
 }

@@ -5,8 +5,8 @@
 # faster than the next (docs/22); here both steps run at once and are
 # loaded one at a time, turn about, each round's ratios taken within it.
 #
-#   benchmarks/pair.sh [-q] [-o FILE] [-n ROUNDS] [-d SECONDS] [-e ENDPOINT] [-r ROWS]
-#                      [-A 'VAR=VALUE ...'] [-B 'VAR=VALUE ...'] A B
+#   benchmarks/pair.sh [-q] [-o FILE] [-n ROUNDS] [-d SECONDS] [-e ENDPOINT] [-g GENERATOR]
+#                      [-r ROWS] [-A 'VAR=VALUE ...'] [-B 'VAR=VALUE ...'] A B
 #
 #   A, B      two steps, two digits each ("14 15"; the same step twice
 #             with -A or -B), each built from its "Step NN:" commit, with
@@ -15,9 +15,15 @@
 #             CREATE_RATE=1000000 CREATE_BURST=1000000 (never refused: the
 #             limit's cost is in every create), the rest the step's defaults
 #   -A, -B    more environment for A's or B's app (-B BLOOM=off)
-#   -e        create (default) or redirect (of the middle seeded link)
+#   -e        create (default), redirect (of the middle seeded link), or
+#             zipf: redirects of codes drawn Zipf (s = 1.0) over the seeded
+#             links, replayed by benchmarks/zipf.lua (wrk), the same stream
+#             for both sides in a round, a new one each round
+#   -g        hey (default) or wrk (-t2, benchmarks/create.lua for creates),
+#             at concurrency 50; hey is the ceiling near the top (docs/13),
+#             so a ratio near 1 is read with wrk; zipf is always wrk
 #   -n, -d    rounds (default 7) and seconds per run (default 5; each run
-#             after a 1 s warm-up, discarded); hey at concurrency 50
+#             after a 1 s warm-up, discarded)
 #   -r ROWS   links seeded in each database (default 500000, as table.sh)
 #   -o FILE   where the output goes (default: standard output)
 #   -q        quick: 1 round of 1 s at concurrency 10, 10,000 links
@@ -27,23 +33,24 @@
 # response, and Postgres's (every postgres process) per response.
 # Environment: ADMIN_DATABASE_URL (default
 # postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable). Needs git,
-# go, psql, redis-server, redis-cli, curl and hey. About 3 minutes with the
-# defaults, after the builds and the seeding.
+# go, psql, redis-server, redis-cli, curl, and hey or wrk. About 3 minutes
+# with the defaults, after the builds and the seeding.
 set -euo pipefail
 
-rounds=7 dur=5 conc=50 warm=1 rows=500000 ep=create out='' env_a='' env_b='' quick=''
-usage() { sed -n '2,31p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
-while getopts qo:n:d:e:r:A:B: opt; do
+rounds=7 dur=5 conc=50 warm=1 rows=500000 ep=create gen=hey out='' env_a='' env_b='' quick=''
+usage() { sed -n '2,37p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+while getopts qo:n:d:e:g:r:A:B: opt; do
 	case $opt in
 	q) rounds=1 dur=1 conc=10 rows=10000 quick=' -q' ;;
-	o) out=$OPTARG ;; n) rounds=$OPTARG ;; d) dur=${OPTARG%s} ;; e) ep=$OPTARG ;; r) rows=$OPTARG ;;
+	o) out=$OPTARG ;; n) rounds=$OPTARG ;; d) dur=${OPTARG%s} ;; e) ep=$OPTARG ;; g) gen=$OPTARG ;; r) rows=$OPTARG ;;
 	A) env_a=$OPTARG ;; B) env_b=$OPTARG ;;
 	*) usage ;;
 	esac
 done
 shift $((OPTIND - 1))
 [ $# -eq 2 ] || usage
-case $ep in create | redirect) ;; *) echo "pair.sh: -e takes create or redirect, not '$ep'" >&2; exit 2 ;; esac
+case $ep in create | redirect) ;; zipf) gen=wrk ;; *) echo "pair.sh: -e takes create, redirect or zipf, not '$ep'" >&2; exit 2 ;; esac
+case $gen in hey | wrk) ;; *) echo "pair.sh: -g takes hey or wrk, not '$gen'" >&2; exit 2 ;; esac
 for v in "$rounds" "$dur" "$rows"; do case $v in '' | *[!0-9]* | 0*) echo "pair.sh: -n, -d and -r take a whole number above 0, not '$v'" >&2; exit 2 ;; esac; done
 for s in "$1" "$2"; do case $s in [0-9][0-9]) ;; *) usage ;; esac; done
 read -r -a words_a <<<"$env_a"
@@ -56,10 +63,10 @@ case $out in '' | /*) ;; *) out="$PWD/$out" ;; esac
 admin=${ADMIN_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable}
 repo=$(git rev-parse --show-toplevel)
 cd "$repo"
-for tool in go git psql redis-server redis-cli curl hey; do
+for tool in go git psql redis-server redis-cli curl "$gen"; do
 	command -v "$tool" >/dev/null || { echo "pair.sh: $tool not found (see benchmarks/README.md)" >&2; exit 1; }
 done
-. benchmarks/lib.sh # freeport, start_redis, medians, ticks_of, ticks_named
+. benchmarks/lib.sh # step_tree, seeded_db, step_app, start_redis, medians, ticks_of, ticks_named
 # Postgres's CPU is read from /proc: with no process of that name here (a
 # Postgres on another host, or in a container), it would read 0.
 [ "$(ticks_named postgres)" -gt 0 ] || { echo "pair.sh: no process named postgres in /proc: Postgres's CPU cannot be measured here" >&2; exit 1; }
@@ -67,7 +74,8 @@ done
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/pair.XXXXXX")
 pids='' dbs='' redis_ports='' trees=''
 cleanup() {
-	for p in $pids; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
+	# app_pid too: step_app sets it before it knows the app answers
+	for p in $pids ${app_pid:-}; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
 	# redis_port too: start_redis sets it before it knows the server answers
 	for p in $redis_ports ${redis_port:-}; do redis-cli -p "$p" shutdown nosave >/dev/null 2>&1 || true; done
 	for d in $dbs; do psql "$admin" -qc "DROP DATABASE IF EXISTS $d WITH (FORCE)" >/dev/null 2>&1 || true; done
@@ -88,23 +96,17 @@ label_a=$1 label_b=$2
 # and a Redis of its own, start it with ENV added; sets url_SIDE,
 # pid_SIDE, code_SIDE, id_SIDE.
 start() {
-	local side=$1 nn=$2 extra=$3 hash tree dburl='' redisurl='' code='' pid port='' i=0 nq db
-	hash=$(git log --format='%H %s' HEAD | sed -n "s/^\([0-9a-f]*\) Step $nn[:,] .*/\1/p" | head -n 1)
+	local side=$1 nn=$2 extra=$3 hash tree dburl='' redisurl='' code='' db
+	hash=$(git log --format='%H %s' HEAD | awk -v nn="$nn" '!h && $2 == "Step" && ($3 == nn ":" || $3 == nn ",") {h = $1} END {print h}')
 	[ -n "$hash" ] || { echo "pair.sh: no commit 'Step $nn:' in HEAD's history" >&2; exit 1; }
 	tree="$tmp/tree-$side"
-	git worktree add --detach "$tree" "$hash" >/dev/null 2>&1 || { echo "pair.sh: git worktree add of step $nn failed" >&2; exit 1; }
 	trees="$trees $tree"
-	(cd "$tree" && go build -o "$tmp/shortener-$side" .) || { echo "pair.sh: step $nn does not build" >&2; exit 1; }
+	step_tree "$hash" "$tree" "$tmp/shortener-$side"
 	printf -v "id_$side" '%s' "step $nn${extra:+ with $extra}: commit $(git rev-parse --short=12 "$hash"), code id $(sh benchmarks/codeid.sh "$tree")"
 	if [ -f "$tree/sql/schema.sql" ]; then
 		db="shortener_pair_${side}_$suffix"
-		psql "$admin" -qc "CREATE DATABASE $db" >/dev/null
 		dbs="$dbs $db"
-		nq=${admin%%\?*}
-		dburl="${nq%/*}/$db${admin#"$nq"}"
-		PGOPTIONS='-c client_min_messages=warning' psql "$dburl" -q -v ON_ERROR_STOP=1 -f "$tree/sql/schema.sql" >/dev/null
-		psql "$dburl" -q -v rows="$rows" -f "$tree/sql/seed.sql" >/dev/null
-		code=$(psql "$dburl" -Atc "select code from links where url = 'https://example.com/seed/$((rows / 2))'")
+		seeded_db "$admin" "$rows" "$tree"
 	fi
 	if grep -qs REDIS_URL "$tree/config.go"; then
 		mkdir -p "$tmp/redis-$side"
@@ -114,27 +116,24 @@ start() {
 	fi
 	local -a words=()
 	read -r -a words <<<"$extra" # VAR=VALUE words, checked above; not globbed
-	env ADDR=127.0.0.1:0 METRICS_ADDR=127.0.0.1:0 DATABASE_URL="$dburl" REDIS_URL="$redisurl" CREATE_RATE=1000000 CREATE_BURST=1000000 \
-		${words[@]+"${words[@]}"} "$tmp/shortener-$side" 2>"$tmp/$side-server.log" &
-	pid=$!
-	pids="$pids $pid"
-	until [ -n "$port" ] && curl -fs -o /dev/null "http://127.0.0.1:$port/healthz"; do
-		i=$((i + 1))
-		[ "$i" -lt 300 ] || { echo "pair.sh: step $nn did not answer /healthz" >&2; cat "$tmp/$side-server.log" >&2; exit 1; }
-		kill -0 "$pid" 2>/dev/null || { echo "pair.sh: step $nn exited" >&2; cat "$tmp/$side-server.log" >&2; exit 1; }
-		sleep 0.1
-		# awk, not grep | sed: grep finds nothing in a log still empty, and
-		# under pipefail that would end the script.
-		port=$(awk '!/metrics listening/ && match($0, /addr"?[=:]"?127\.0\.0\.1:[0-9]+/) { a = substr($0, RSTART, RLENGTH); sub(/.*:/, "", a); print a; exit }' "$tmp/$side-server.log")
-	done
+	step_app "$tmp/shortener-$side" "$tmp/$side-server.log" ${words[@]+"${words[@]}"}
+	pids="$pids $app_pid"
 	[ "$ep" != redirect ] || [ -n "$code" ] || { echo "pair.sh: step $nn has no database: no link to redirect" >&2; exit 1; }
-	printf -v "url_$side" '%s' "http://127.0.0.1:$port"
-	printf -v "pid_$side" '%s' "$pid"
+	printf -v "url_$side" '%s' "http://127.0.0.1:$app_port"
+	printf -v "pid_$side" '%s' "$app_pid"
 	printf -v "code_$side" '%s' "$code"
 }
 
-load() { # load URL WHAT SECONDS FILE: hey's output to FILE
-	if [ "$2" = create ]; then
+# load URL WHAT SECONDS FILE: the generator's output to FILE. WHAT is
+# healthz, create, zipf (the stream in $stream) or a link's code.
+load() {
+	if [ "$gen" = wrk ]; then
+		case $2 in
+		create) wrk -t2 -c"$conc" -d"${3}s" -s benchmarks/create.lua "$1/shorten" >"$4" 2>&1 ;;
+		zipf) ZIPF_STREAM=$stream ZIPF_THREADS=2 wrk -t2 -c"$conc" -d"${3}s" -s benchmarks/zipf.lua "$1" >"$4" 2>&1 ;;
+		*) wrk -t2 -c"$conc" -d"${3}s" "$1/$2" >"$4" 2>&1 ;;
+		esac
+	elif [ "$2" = create ]; then
 		hey -z "${3}s" -c "$conc" -disable-redirects -m POST -T application/json -d '{"url":"https://example.com/pair"}' "$1/shorten" >"$4" 2>&1
 	else
 		hey -z "${3}s" -c "$conc" -disable-redirects "$1/$2" >"$4" 2>&1
@@ -144,12 +143,26 @@ load() { # load URL WHAT SECONDS FILE: hey's output to FILE
 run() {
 	local side=$1 what=$2 f=$3 url pid a0 a1 p0 p1
 	url=$(eval echo "\$url_$side") pid=$(eval echo "\$pid_$side")
-	load "$url" "$what" "$warm" "$f.warm" || { echo "pair.sh: hey failed (warm-up):" >&2; cat "$f.warm" >&2; exit 1; }
+	local measured=$stream
+	stream=${stream:+$tmp/stream-0}
+	load "$url" "$what" "$warm" "$f.warm" || { echo "pair.sh: $gen failed (warm-up):" >&2; cat "$f.warm" >&2; exit 1; }
+	stream=$measured
 	a0=$(ticks_of "$pid") p0=$(ticks_named postgres)
-	load "$url" "$what" "$dur" "$f" || { echo "pair.sh: hey failed:" >&2; cat "$f" >&2; exit 1; }
+	load "$url" "$what" "$dur" "$f" || { echo "pair.sh: $gen failed:" >&2; cat "$f" >&2; exit 1; }
 	a1=$(ticks_of "$pid") p1=$(ticks_named postgres)
 	kill -0 "$pid" 2>/dev/null || { echo "pair.sh: the app of side $side exited during the run" >&2; exit 1; }
-	grep -q 'Requests/sec:' "$f" || { echo "pair.sh: hey printed no Requests/sec:" >&2; cat "$f" >&2; exit 1; }
+	grep -q 'Requests/sec:' "$f" || { echo "pair.sh: $gen printed no Requests/sec:" >&2; cat "$f" >&2; exit 1; }
+	if [ "$gen" = wrk ]; then
+		# wrk counts as bad only statuses outside 200-399 and socket errors;
+		# zipf.lua counts every status but 302, and says when a thread ran
+		# past its slice of the stream (then the run asked for codes twice).
+		awk -v a=$((a1 - a0)) -v p=$((p1 - p0)) -v hz="$hz" '
+			/^Requests\/sec:/ {r = $2} / requests in / {n = $1}
+			/Non-2xx or 3xx/ {b += $NF} /Socket errors/ {gsub(",", ""); b += $4 + $6 + $8 + $10}
+			/^zipf.lua: responses not 302:/ {b += $5} /^zipf.lua: WARNING/ {b++}
+			END {printf "%.0f %.1f %.1f %d\n", r, n ? a / hz / n * 1e6 : 0, n ? p / hz / n * 1e6 : 0, b + 0}' "$f"
+		return
+	fi
 	awk -v a=$((a1 - a0)) -v p=$((p1 - p0)) -v hz="$hz" -v f="$f" 'BEGIN {
 		while ((getline l < f) > 0) {
 			if (l ~ /Requests\/sec:/) { split(l, x, " "); r = x[2] }
@@ -162,10 +175,19 @@ run() {
 		printf "%.0f %.1f %.1f %d\n", r, n ? a / hz / n * 1e6 : 0, n ? p / hz / n * 1e6 : 0, b + 0 }'
 }
 
+# The Zipf streams: one for the warm-ups, one per round, each long enough
+# that no wrk thread comes to the end of its slice (at most 200,000
+# requests a second, far above what these apps answer here).
+stream=''
+if [ "$ep" = zipf ]; then
+	go build -o "$tmp/zipf" ./benchmarks/zipf || { echo "pair.sh: benchmarks/zipf does not build" >&2; exit 1; }
+	zstream() { "$tmp/zipf" -links "$rows" -s 1.0 -n $(($2 * 200000)) -seed "$1" >"$tmp/stream-$1" || { echo "pair.sh: benchmarks/zipf failed" >&2; exit 1; }; }
+fi
+
 start a "$1" "$env_a"
 start b "$2" "$env_b"
 what_a=$ep what_b=$ep
-[ "$ep" = create ] || { what_a=$code_a what_b=$code_b; }
+[ "$ep" != redirect ] || { what_a=$code_a what_b=$code_b; }
 la=$label_a lb=$label_b
 
 for i in $(seq 1 "$rounds"); do
@@ -174,6 +196,12 @@ for i in $(seq 1 "$rounds"); do
 		side=${job%%:*} what=${job#*:}
 		kind=$what
 		[ "$what" = healthz ] || kind=$ep
+		if [ "$ep" = zipf ]; then
+			# the warm-up replays stream 0, the run this round's stream
+			[ -f "$tmp/stream-0" ] || zstream 0 "$warm"
+			[ -f "$tmp/stream-$i" ] || zstream "$i" "$dur"
+		fi
+		[ "$ep" != zipf ] || stream=$tmp/stream-$i
 		run "$side" "$what" "$tmp/$i-$side-$kind" >"$tmp/$i-$side-$kind.sum"
 	done
 	row="$i"
@@ -183,18 +211,25 @@ done
 
 {
 	echo "# steps $1 and $2, $ep against each one's /healthz, in interleaved rounds"
-	echo "# made by:   benchmarks/pair.sh$quick -n $rounds -d $dur -e $ep -r $rows${env_a:+ -A '$env_a'}${env_b:+ -B '$env_b'} $1 $2; commit $(git rev-parse --short=12 HEAD)$(git diff --quiet HEAD -- . ':!benchmarks/[0-9][0-9]-*' || echo ' (dirty tree)'), date $(date -u '+%Y-%m-%dT%H:%M:%SZ')"
+	echo "# made by:   benchmarks/pair.sh$quick -n $rounds -d $dur -e $ep -g $gen -r $rows${env_a:+ -A '$env_a'}${env_b:+ -B '$env_b'} $1 $2; commit $(git rev-parse --short=12 HEAD)$(git diff --quiet HEAD -- . ':!benchmarks/[0-9][0-9]-*' || echo ' (dirty tree)'), date $(date -u '+%Y-%m-%dT%H:%M:%SZ')"
 	echo "# machine:   $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1), $(nproc) cores, $(awk '/^MemTotal/ {printf "%.1f GiB", $2 / 1048576}' /proc/meminfo), $(uname -sr)"
-	echo "# software:  $(go version | awk '{print $3}'), postgres $(psql "$admin" -Atc 'show server_version'), redis $(redis-server --version | cut -d' ' -f3 | sed 's/v=//'), hey $(go version -m "$(command -v hey)" 2>/dev/null | awk '$1 == "mod" {print $3}')"
+	echo "# software:  $(go version | awk '{print $3}'), postgres $(psql "$admin" -Atc 'show server_version'), redis $(redis-server --version | cut -d' ' -f3 | sed 's/v=//'), $(if [ "$gen" = hey ]; then echo "hey $(go version -m "$(command -v hey)" 2>/dev/null | awk '$1 == "mod" {print $3}')"; else wrk -v 2>&1 | head -n 1 | cut -d' ' -f1-2; fi)"
 	echo "# $la:    $id_a"
 	echo "# $lb:    $id_b"
 	echo "# apps:      both running throughout, each with a database of its own ($rows seeded links) and a Redis of its own,"
 	echo "#            CREATE_RATE=1000000 CREATE_BURST=1000000, the rest defaults (as benchmarks/table.sh) but what -A/-B add; loaded one at a time"
-	echo "# load:      hey -z ${dur}s -c $conc -disable-redirects, after ${warm} s of warm-up, discarded; create: POST /shorten"
-	echo "#            with {\"url\":\"https://example.com/pair\"}; redirect: the middle seeded link"
+	if [ "$gen" = hey ]; then
+		echo "# load:      hey -z ${dur}s -c $conc -disable-redirects, after ${warm} s of warm-up, discarded; create: POST /shorten"
+		echo "#            with {\"url\":\"https://example.com/pair\"}; redirect: the middle seeded link"
+	else
+		echo "# load:      wrk -t2 -c$conc -d${dur}s, after ${warm} s of warm-up, discarded; create: benchmarks/create.lua; redirect: the"
+		echo "#            middle seeded link; zipf: benchmarks/zipf.lua, codes drawn Zipf s=1.0 over the $rows links (benchmarks/zipf),"
+		echo "#            warm-ups replaying the stream of seed 0, round i's runs the stream of seed i (the same for both sides)"
+	fi
 	echo "# order:     odd rounds $la /healthz, $la $ep, $lb /healthz, $lb $ep; even rounds the reverse"
 	echo "# cpu:       user+system from /proc over the measured run, µs per response: the app's, and every postgres process's"
-	echo "# bad:       responses other than 200, 201 and 302, and hey's errors"
+	echo "# bad:       responses other than 200, 201 and 302, and $gen's errors (wrk: statuses outside 200-399; zipf.lua: any"
+	echo "#            status but 302, and a thread that ran past its slice of the stream)"
 	echo "#"
 	echo "# A. per run"
 	echo "# round  h$la  $ep$la app_us$la pg_us$la bad$la  h$lb  $ep$lb app_us$lb pg_us$lb bad$lb"

@@ -1,4 +1,4 @@
-#!/bin/sh
+#!/usr/bin/env bash
 # profile.sh: a CPU profile and an allocation profile of the app under hey
 # (or wrk), through the profiler on its metrics listener (step 09), written
 # as one file: a header, the load generator's summary, and go tool pprof -top
@@ -21,7 +21,7 @@
 # the app gets CREATE_RATE=1000000 (counted, never refused) and the
 # settings given. Needs go, git, psql, redis-server, redis-cli, curl, hey
 # (or wrk).
-set -eu
+set -euo pipefail
 
 rev='' secs=10 conc=50 out='' label='' gen=hey
 while getopts r:s:c:o:l:g: opt; do

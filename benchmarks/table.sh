@@ -53,10 +53,10 @@ else
 fi
 # A suffix for database names, unique to this run.
 suffix=$(od -An -N4 -tx4 /dev/urandom | tr -d ' \n')
-pid='' tree='' db='' redis_port=''
+app_pid='' tree='' db='' redis_port=''
 cleanup() {
 	[ -z "$redis_port" ] || redis-cli -p "$redis_port" shutdown nosave >/dev/null 2>&1 || true
-	[ -z "$pid" ] || { kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; }
+	[ -z "$app_pid" ] || { kill "$app_pid" 2>/dev/null || true; wait "$app_pid" 2>/dev/null || true; }
 	[ -z "$db" ] || psql "$admin" -qc "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null 2>&1 || true
 	[ -z "$tree" ] || git -C "$repo" worktree remove --force "$tree" >/dev/null 2>&1 || true
 }
@@ -65,7 +65,7 @@ trap 'exit 130' INT TERM
 command -v psql >/dev/null || { echo "table: psql not found" >&2; exit 1; }
 psql "$admin" -Atc 'select 1' >/dev/null || { echo "table: Postgres does not answer at $admin" >&2; exit 1; }
 
-. "$repo/benchmarks/lib.sh" # start_redis
+. "$repo/benchmarks/lib.sh" # step_tree, seeded_db, step_app, start_redis
 
 # median req/s, min, max and median p99 from a bench.sh output
 figures() {
@@ -75,22 +75,14 @@ figures() {
 }
 
 # Read from a file, not a pipe: a pipe would run the loop in a subshell,
-# where pid, db and tree are out of reach of the cleanup trap.
+# where app_pid, db and tree are out of reach of the cleanup trap.
 git -C "$repo" log --reverse --format='%H %s' HEAD >"$tmp/log"
 while read -r hash subject <&3; do
 	nn=$(echo "$subject" | sed -n 's/^Step \([0-9][0-9]\)[:,].*/\1/p')
 	case $nn in '' | 00) continue ;; esac
 	title=$(echo "$subject" | sed 's/^Step [0-9][0-9][^:]*: //')
 	tree="$tmp/step-$nn"
-	git -C "$repo" worktree add --detach "$tree" "$hash" >/dev/null 2>&1
-	(cd "$tree" && go build -o "$tmp/shortener-$nn" .) || { echo "table: step $nn does not build" >&2; exit 1; }
-	dburl=''
-	if [ -f "$tree/sql/schema.sql" ]; then
-		psql "$admin" -qc "CREATE DATABASE shortener_table_${nn}_$suffix" >/dev/null
-		db="shortener_table_${nn}_$suffix"
-		noquery=${admin%%\?*}
-		dburl="${noquery%/*}/$db${admin#"$noquery"}"
-	fi
+	step_tree "$hash" "$tree" "$tmp/shortener-$nn"
 	redisurl=''
 	if grep -qs REDIS_URL "$tree/config.go"; then
 		[ -n "$redis_port" ] || start_redis "$tmp"
@@ -102,36 +94,23 @@ while read -r hash subject <&3; do
 	# at start and trusts it, and a row added behind its back is found only
 	# by its next sweep, seconds later (docs/15). The step's own schema
 	# first (every schema.sql is safe to run again; the app runs it too).
-	code=''
-	if [ -n "$dburl" ]; then
-		PGOPTIONS='-c client_min_messages=warning' psql "$dburl" -q -v ON_ERROR_STOP=1 -f "$tree/sql/schema.sql" >/dev/null
-		psql "$dburl" -q -v rows="$rows" -f "$tree/sql/seed.sql" >/dev/null
-		code=$(psql "$dburl" -Atc "select code from links where url = 'https://example.com/seed/$((rows / 2))'")
+	dburl='' code=''
+	if [ -f "$tree/sql/schema.sql" ]; then
+		db="shortener_table_${nn}_$suffix"
+		seeded_db "$admin" "$rows" "$tree"
 	fi
-	# Port 0: the kernel picks a free port, and the app logs the one it got.
-	# From step 08 creates are rate-limited per client, and hey is one
-	# client: the limit is set too high to refuse, so that the create row
+	# The kernel picks the ports, and the app logs the one it got. From
+	# step 08 creates are rate-limited per client, and hey is one client:
+	# step_app sets the limit too high to refuse, so that the create row
 	# still measures creates, with the limit's cost (a Redis call) in it.
-	# Steps before 08 ignore the two variables. From step 09 the metrics
-	# listen on a port of their own, also picked by the kernel, and logged
-	# as "metrics listening": not the port to measure.
-	ADDR=127.0.0.1:0 METRICS_ADDR=127.0.0.1:0 DATABASE_URL=$dburl REDIS_URL=$redisurl CREATE_RATE=1000000 CREATE_BURST=1000000 \
-		"$tmp/shortener-$nn" 2>"$out/$nn-server.log" &
-	pid=$!
-	i=0 port=''
-	until [ -n "$port" ] && curl -fs -o /dev/null "http://127.0.0.1:$port/healthz"; do
-		i=$((i + 1))
-		[ "$i" -lt 300 ] || { echo "table: step $nn did not answer /healthz" >&2; cat "$out/$nn-server.log" >&2; exit 1; }
-		kill -0 "$pid" 2>/dev/null || { echo "table: step $nn exited" >&2; cat "$out/$nn-server.log" >&2; exit 1; }
-		sleep 0.1
-		port=$(grep -v 'metrics listening' "$out/$nn-server.log" | sed -n 's/.*"\{0,1\}addr"\{0,1\}[=:]"\{0,1\}127\.0\.0\.1:\([0-9][0-9]*\).*/\1/p' | head -n 1)
-	done
+	step_app "$tmp/shortener-$nn" "$out/$nn-server.log"
+	port=$app_port
 	for what in healthz redirect create; do
-		(cd "$tree" && DATABASE_URL=$dburl REDIS_URL=$redisurl sh "$bench" -n "$runs" -d "$dur" -c "$conc" -w "$warm" -p "$pid" \
+		(cd "$tree" && DATABASE_URL=$dburl REDIS_URL=$redisurl sh "$bench" -n "$runs" -d "$dur" -c "$conc" -w "$warm" -p "$app_pid" \
 			${code:+-k "$code"} -l "step $nn, by benchmarks/table.sh" -o "$out/$nn-$what.txt" \
 			"$what" "http://127.0.0.1:$port")
 	done
-	kill "$pid"; wait "$pid" 2>/dev/null || true; pid=''
+	kill "$app_pid"; wait "$app_pid" 2>/dev/null || true; app_pid=''
 	[ -z "$db" ] || { psql "$admin" -qc "DROP DATABASE $db WITH (FORCE)"; db=''; }
 	git -C "$repo" worktree remove --force "$tree"; tree=''
 	echo "$nn|$title" >>"$tmp/steps"

@@ -128,7 +128,10 @@ fi
 cores=$(getconf _NPROCESSORS_ONLN 2>/dev/null || sysctl -n hw.ncpu)
 os="$(uname -sr)"
 [ -r /etc/os-release ] && os="$os, $(. /etc/os-release && echo "$PRETTY_NAME")"
-gov=$(go version 2>/dev/null | awk '{print $3}') || gov=unknown
+# (no pipefail in sh: the pipeline's status is awk's, so go's failure is
+# seen by the empty result)
+gov=$(go version 2>/dev/null | awk '{print $3}')
+[ -n "$gov" ] || gov=unknown
 vegetav=$(go version -m "$(command -v "$vegeta")" 2>/dev/null | awk '$1 == "mod" {print $3}')
 pg="not used" rows="no database (memory store)" redis="not used"
 if [ -n "${DATABASE_URL:-}" ]; then
@@ -162,7 +165,10 @@ snapshot() {
 	echo "$(ticks_name postgres) $(ticks_name redis-server) $(ticks_name nginx)"
 }
 redis_stats() { # keyspace_hits keyspace_misses
-	redis-cli -u "$REDIS_URL" info stats | tr -d '\r' | awk -F: '$1 == "keyspace_hits" {h = $2} $1 == "keyspace_misses" {m = $2} END {print h + 0, m + 0}'
+	# redis-cli first, on its own: in a pipeline (no pipefail in sh) its
+	# failure would go unseen, and awk print 0 0, a hit ratio made up.
+	_info=$(redis-cli -u "$REDIS_URL" info stats) || fail "redis-cli cannot read INFO stats from REDIS_URL"
+	printf '%s\n' "$_info" | tr -d '\r' | awk -F: '$1 == "keyspace_hits" {h = $2} $1 == "keyspace_misses" {m = $2} END {print h + 0, m + 0}'
 }
 now_ns() {
 	t=$(date +%s%N)
