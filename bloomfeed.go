@@ -49,6 +49,7 @@ import (
 // Postgres, BLOOM_SWEEP at most after its commit.
 type codeFeed struct {
 	rdb        *guardedRedis // nil: no Redis, this instance is alone
+	auth       *redisAuth    // signs each message sent, checks each received (nil with rdb)
 	id         string        // this instance's id, in its messages
 	codes      string        // the channel creates are announced on
 	acks       string        // this instance's acknowledgement channel
@@ -96,11 +97,16 @@ type feedAck struct{ to, code string }
 
 // newCodeFeed makes the feed for one instance; rdb nil means no Redis.
 // prefix is REDIS_KEY_PREFIX.
-func newCodeFeed(rdb *guardedRedis, prefix string, ackTimeout time.Duration, bf *bloomStore, neg *negCache,
+// auth signs and checks the messages; nil with Redis means a key of this
+// process alone (a test's feed that talks only to itself).
+func newCodeFeed(rdb *guardedRedis, auth *redisAuth, prefix string, ackTimeout time.Duration, bf *bloomStore, neg *negCache,
 	counts bloomCounts, log *slog.Logger) *codeFeed {
 	id := rand.Text()
+	if rdb != nil && auth == nil {
+		auth = randomRedisAuth()
+	}
 	return &codeFeed{
-		rdb: rdb, id: id, codes: prefix + "codes", acks: prefix + "acks:" + id, ackPrefix: prefix + "acks:",
+		rdb: rdb, auth: auth, id: id, codes: prefix + "codes", acks: prefix + "acks:" + id, ackPrefix: prefix + "acks:",
 		ackTimeout: ackTimeout, bloom: bf, neg: neg, counts: counts, log: log,
 		warns:   &sampledLog{log: log, every: 10 * time.Second},
 		bad:     &sampledLog{log: log, every: 10 * time.Second},
@@ -238,7 +244,7 @@ func (f *codeFeed) publishLoop(ctx context.Context) {
 		cmds = cmds[:0]
 		_, err := f.rdb.Pipelined(pctx, func(p redis.Pipeliner) error {
 			for _, r := range batch {
-				cmds = append(cmds, p.Publish(pctx, f.codes, r.code+" "+f.id))
+				cmds = append(cmds, p.Publish(pctx, f.codes, f.announcement(r.code)))
 			}
 			return nil
 		})
@@ -386,14 +392,14 @@ func (f *codeFeed) session(ctx context.Context) (healthy bool, err error) {
 func (f *codeFeed) handle(m *redis.Message) {
 	switch m.Channel {
 	case f.codes:
-		code, from, ok := parseAnnouncement(m.Payload)
+		code, from, ok := f.parseAnnouncement(m.Payload)
 		if !ok {
-			f.badMessage(fmt.Errorf("code feed: %s: %q is not \"<code> <instance>\"", m.Channel, clip(m.Payload)))
+			f.badMessage(fmt.Errorf("code feed: %s: %q is not \"<code> <instance> <mac>\" with a MAC that verifies", m.Channel, clip(m.Payload)))
 			return
 		}
 		f.created(code)
 		if from == f.id {
-			f.waiters.ack(code)
+			f.waiters.ack(code, f.id)
 			return
 		}
 		select {
@@ -404,11 +410,12 @@ func (f *codeFeed) handle(m *redis.Message) {
 				fmt.Errorf("%d waiting", cap(f.outbox)))
 		}
 	case f.acks:
-		if !validCode(m.Payload) {
-			f.badMessage(fmt.Errorf("code feed: %s: %q is not a code", m.Channel, clip(m.Payload)))
+		code, from, ok := f.parseAck(m.Payload)
+		if !ok {
+			f.badMessage(fmt.Errorf("code feed: %s: %q is not \"<code> <instance> <mac>\" with a MAC that verifies", m.Channel, clip(m.Payload)))
 			return
 		}
-		f.waiters.ack(m.Payload)
+		f.waiters.ack(code, from)
 	default:
 		f.badMessage(fmt.Errorf("code feed: message on %q, a channel not subscribed to", clip(m.Channel)))
 	}
@@ -427,10 +434,58 @@ func clip(s string) string {
 	return s
 }
 
-// parseAnnouncement reads "<code> <instance id>".
-func parseAnnouncement(p string) (code, from string, ok bool) {
-	code, from, found := strings.Cut(p, " ")
-	if !found || !validCode(code) || !validInstanceID(from) {
+// Messages are signed (redisauth.go): a forged announcement would put a
+// code that does not exist into every instance's Bloom filter (a flood of
+// them defeats the filter), and a forged acknowledgement would let a
+// create answer before the instance that should know of it does. Each MAC
+// covers the message's kind, its channel (the deployment's prefix with
+// it), and what it says.
+
+// announcement is "<code> <instance id> <mac>".
+func (f *codeFeed) announcement(code string) string {
+	b := make([]byte, 0, len(code)+1+len(f.id)+1+macTextLen)
+	b = append(b, code...)
+	b = append(b, ' ')
+	b = append(b, f.id...)
+	b = append(b, ' ')
+	return string(f.auth.sum(b, "feed-code", f.codes, code, f.id))
+}
+
+// ackMessage is "<code> <instance id> <mac>", for the channel it is sent
+// on. The id is the acknowledging instance's: a create counts each
+// instance once, so that a copy of one genuine acknowledgement, published
+// again, does not stand for another instance.
+func (f *codeFeed) ackMessage(channel, code string) string {
+	b := make([]byte, 0, len(code)+1+len(f.id)+1+macTextLen)
+	b = append(b, code...)
+	b = append(b, ' ')
+	b = append(b, f.id...)
+	b = append(b, ' ')
+	return string(f.auth.sum(b, "feed-ack", channel, code, f.id))
+}
+
+// parseAck reads what ackMessage wrote for this instance's channel, and
+// checks its MAC.
+func (f *codeFeed) parseAck(p string) (code, from string, ok bool) {
+	code, rest, found := strings.Cut(p, " ")
+	if !found || !validCode(code) {
+		return "", "", false
+	}
+	from, mac, found := strings.Cut(rest, " ")
+	if !found || !validInstanceID(from) || !f.auth.verify(mac, "feed-ack", f.acks, code, from) {
+		return "", "", false
+	}
+	return code, from, true
+}
+
+// parseAnnouncement reads what announcement wrote, and checks its MAC.
+func (f *codeFeed) parseAnnouncement(p string) (code, from string, ok bool) {
+	code, rest, found := strings.Cut(p, " ")
+	if !found || !validCode(code) {
+		return "", "", false
+	}
+	from, mac, found := strings.Cut(rest, " ")
+	if !found || !validInstanceID(from) || !f.auth.verify(mac, "feed-code", f.codes, code, from) {
 		return "", "", false
 	}
 	return code, from, true
@@ -467,7 +522,7 @@ func (f *codeFeed) sendLoop(ctx context.Context) {
 			pctx, cancel := context.WithTimeout(ctx, f.rdb.timeout)
 			_, err := f.rdb.Pipelined(pctx, func(p redis.Pipeliner) error {
 				for _, a := range batch {
-					p.Publish(pctx, f.ackPrefix+a.to, a.code)
+					p.Publish(pctx, f.ackPrefix+a.to, f.ackMessage(f.ackPrefix+a.to, a.code))
 				}
 				return nil
 			})
@@ -494,7 +549,7 @@ func (f *codeFeed) republish() {
 	defer cancel()
 	_, err := f.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for _, c := range codes {
-			p.Publish(ctx, f.codes, c+" "+f.id)
+			p.Publish(ctx, f.codes, f.announcement(c))
 		}
 		return nil
 	})
@@ -516,15 +571,17 @@ type ackWaiters struct {
 	m  map[string]*ackWait
 }
 
-// ackWait counts one create's acknowledgements. They can arrive before
-// PUBLISH has said how many to expect (want is -1 until then).
+// ackWait counts one create's acknowledgements, one per instance. They
+// can arrive before PUBLISH has said how many to expect (want is -1 until
+// then).
 type ackWait struct {
 	got, want int
-	done      chan struct{} // closed once got reaches want
+	from      map[string]struct{} // the instances counted
+	done      chan struct{}       // closed once got reaches want
 }
 
 func (a *ackWaiters) expect(code string) *ackWait {
-	w := &ackWait{want: -1, done: make(chan struct{})}
+	w := &ackWait{want: -1, from: make(map[string]struct{}), done: make(chan struct{})}
 	a.mu.Lock()
 	a.m[code] = w
 	a.mu.Unlock()
@@ -537,12 +594,16 @@ func (a *ackWaiters) forget(code string) {
 	a.mu.Unlock()
 }
 
-// ack counts an acknowledgement of code; one for a create no longer
-// waiting (it timed out) is dropped.
-func (a *ackWaiters) ack(code string) {
+// ack counts an acknowledgement of code by the instance from, once; one
+// for a create no longer waiting (it timed out) is dropped.
+func (a *ackWaiters) ack(code, from string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if w := a.m[code]; w != nil {
+		if _, seen := w.from[from]; seen {
+			return
+		}
+		w.from[from] = struct{}{}
 		w.got++
 		if w.want >= 0 && w.got == w.want {
 			close(w.done)

@@ -16,31 +16,48 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
+// signedAnnouncement is what an instance with id from and the key auth
+// sends for code on channel.
+func signedAnnouncement(auth *redisAuth, channel, code, from string) string {
+	return code + " " + from + " " + string(auth.sum(nil, "feed-code", channel, code, from))
+}
+
 func TestParseAnnouncement(t *testing.T) {
 	id := rand.Text()
+	f := &codeFeed{auth: testAuth, codes: "p:codes"}
+	sign := func(code, from string) string { return signedAnnouncement(testAuth, f.codes, code, from) }
+	good := sign("abcDEF1", id)
 	for _, tt := range []struct {
 		payload string
 		ok      bool
 	}{
-		{"abcDEF1 " + id, true},
+		{good, true},
 		{"", false},
 		{"abcDEF1", false},
 		{"abcDEF1 ", false},
-		{"abcDEF1 short", false},
-		{"abcDEF1 " + strings.ToLower(id), false},
-		{"abcDEF1 " + id[:25] + "1", false}, // 1 is not base32
+		{"abcDEF1 " + id, false},       // step 25's form: no MAC
+		{"abcDEF1 " + id + " ", false}, // an empty MAC
+		{"abcDEF1 short " + strings.SplitN(good, " ", 3)[2], false},
+		{"abcDEF1 " + strings.ToLower(id) + " " + strings.SplitN(good, " ", 3)[2], false},
+		{"abcDEF1 " + id[:25] + "1" + " " + strings.SplitN(good, " ", 3)[2], false}, // 1 is not base32
 		// An alias (step 18) is announced as a code is.
-		{"Q3-report " + id, true},
-		{"-abcEF1 " + id, false},
-		{"abc " + id, false},
-		{strings.Repeat("a", 33) + " " + id, false},
-		{"abcDEF1  " + id, false},
-		{id + " abcDEF1", false},
-		{"abcDEF1 " + id + " more", false},
-		{"abcDEF1\t" + id, false},
+		{sign("Q3-report", id), true},
+		{sign("-abcEF1", id), false},
+		{sign("abc", id), false},
+		{sign(strings.Repeat("a", 33), id), false},
+		{"abcDEF1  " + id + " " + strings.SplitN(good, " ", 3)[2], false},
+		{good + " more", false},
+		{strings.Replace(good, " ", "\t", 1), false},
 		{strings.Repeat("x", 10_000), false},
+		// Well formed, and forged: the MAC of another code, of another
+		// instance, for another channel, with another key, or altered.
+		{"abcDEF2 " + id + " " + strings.SplitN(good, " ", 3)[2], false},
+		{"abcDEF1 " + rand.Text() + " " + strings.SplitN(good, " ", 3)[2], false},
+		{signedAnnouncement(testAuth, "q:codes", "abcDEF1", id), false},
+		{signedAnnouncement(randomRedisAuth(), f.codes, "abcDEF1", id), false},
+		{good[:len(good)-1] + flipLast(good), false},
 	} {
-		code, from, ok := parseAnnouncement(tt.payload)
+		code, from, ok := f.parseAnnouncement(tt.payload)
 		want, _, _ := strings.Cut(tt.payload, " ")
 		if ok != tt.ok || (ok && (code != want || from != id)) {
 			t.Errorf("parseAnnouncement(%q) = %q, %q, %v; want ok %v", clip(tt.payload), code, from, ok, tt.ok)
@@ -48,15 +65,61 @@ func TestParseAnnouncement(t *testing.T) {
 	}
 }
 
+// signedAck is the acknowledgement of code that the instance from, with
+// the key auth, sends on channel.
+func signedAck(auth *redisAuth, channel, code, from string) string {
+	return code + " " + from + " " + string(auth.sum(nil, "feed-ack", channel, code, from))
+}
+
+// lastField is what follows the last space in s.
+func lastField(s string) string { return s[strings.LastIndexByte(s, ' ')+1:] }
+
+// TestAckWaitersCountInstancesOnce: a create waits for acknowledgements
+// from as many instances as PUBLISH reached; one instance's, repeated (a
+// copy of a genuine one published again), counts once.
+func TestAckWaitersCountInstancesOnce(t *testing.T) {
+	a := ackWaiters{m: make(map[string]*ackWait)}
+	w := a.expect("abcDEF1")
+	done := a.wanted(w, 3)
+	self, other, third := rand.Text(), rand.Text(), rand.Text()
+	a.ack("abcDEF1", self)
+	for range 5 {
+		a.ack("abcDEF1", other)
+	}
+	select {
+	case <-done:
+		t.Fatalf("done after acknowledgements from 2 instances (one of them 5 times), want 3")
+	default:
+	}
+	a.ack("abcDEF1", third)
+	select {
+	case <-done:
+	default:
+		t.Fatalf("not done after acknowledgements from 3 instances")
+	}
+}
+
+// flipLast is the last character of s, changed to another one of the
+// base64url alphabet.
+func flipLast(s string) string {
+	if s[len(s)-1] == 'A' {
+		return "B"
+	}
+	return "A"
+}
+
 // FuzzParseAnnouncement: a message from Redis is input; whatever it holds,
-// parsing never panics, and what it accepts is exactly "<code> <id>".
+// parsing never panics, and what it accepts is exactly what an instance
+// with the key would send.
 func FuzzParseAnnouncement(f *testing.F) {
-	for _, s := range []string{"abcDEF1 ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcDEF1 ", " ", "abcDEF1 abcdefghijklmnopqrstuvwxyz", "\xff\xfe"} {
+	feed := &codeFeed{auth: testAuth, codes: "p:codes"}
+	for _, s := range []string{signedAnnouncement(testAuth, feed.codes, "abcDEF1", "ABCDEFGHIJKLMNOPQRSTUVWXYZ"),
+		"abcDEF1 ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcDEF1 ", " ", "abcDEF1 abcdefghijklmnopqrstuvwxyz", "\xff\xfe"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, p string) {
-		code, from, ok := parseAnnouncement(p)
-		if ok && (!validCode(code) || !validInstanceID(from) || code+" "+from != p) {
+		code, from, ok := feed.parseAnnouncement(p)
+		if ok && (!validCode(code) || !validInstanceID(from) || signedAnnouncement(testAuth, feed.codes, code, from) != p) {
 			t.Errorf("parseAnnouncement(%q) accepted %q, %q", p, code, from)
 		}
 	})
@@ -72,7 +135,7 @@ type testFeed struct {
 func newTestFeed(t *testing.T, rdb *guardedRedis, prefix string, ackTimeout time.Duration) *testFeed {
 	t.Helper()
 	tb := newTestBloom(t, false, nil)
-	f := newCodeFeed(rdb, prefix, ackTimeout, tb.bloomStore, nil, tb.m.bloomCounts(), discardLog)
+	f := newCodeFeed(rdb, testAuth, prefix, ackTimeout, tb.bloomStore, nil, tb.m.bloomCounts(), discardLog)
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Go(func() { f.run(ctx) })
@@ -245,7 +308,7 @@ func TestFeedPublishFails(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, _, _ := parseAnnouncement(msg.Payload); got != code {
+	if got, _, _ := f.parseAnnouncement(msg.Payload); got != code {
 		t.Errorf("published again: %q, want the code %s", msg.Payload, code)
 	}
 }
@@ -269,9 +332,20 @@ func TestFeedIgnoresBadMessages(t *testing.T) {
 		{f.codes, "abcDEF1 " + strings.ToLower(other)},
 		{f.codes, "abcDEF1 " + other + " and more"},
 		{f.codes, strings.Repeat("\xff", 4096)},
+		// Well formed, without the key: step 25's form, and a MAC made
+		// with another key.
+		{f.codes, "abcDEF1 " + other},
+		{f.codes, signedAnnouncement(randomRedisAuth(), f.codes, "abcDEF1", other)},
 		{f.acks, ""},
 		{f.acks, "abcDEF1 " + other},
 		{f.acks, "a\nbcDEF"},
+		{f.acks, "abcDEF1"}, // step 25's form
+		// Well formed, forged: another key, the MAC of another code, of
+		// another instance, or made for another instance's channel.
+		{f.acks, signedAck(randomRedisAuth(), f.acks, "abcDEF1", other)},
+		{f.acks, "abcDEF1 " + other + " " + lastField(signedAck(testAuth, f.acks, "abcDEF2", other))},
+		{f.acks, "abcDEF1 " + other + " " + lastField(signedAck(testAuth, f.acks, "abcDEF1", rand.Text()))},
+		{f.acks, f.ackMessage(prefix+"acks:"+rand.Text(), "abcDEF1")}, // genuine, for another channel
 	}
 	for _, b := range bad {
 		if err := look.Publish(ctx, b.channel, b.payload).Err(); err != nil {
@@ -279,7 +353,7 @@ func TestFeedIgnoresBadMessages(t *testing.T) {
 		}
 	}
 	code := newCode()
-	if err := look.Publish(ctx, f.codes, code+" "+other).Err(); err != nil {
+	if err := look.Publish(ctx, f.codes, signedAnnouncement(testAuth, f.codes, code, other)).Err(); err != nil {
 		t.Fatal(err)
 	}
 	// The acknowledgement comes after every message before it was read.
@@ -289,7 +363,7 @@ func TestFeedIgnoresBadMessages(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if msg.Payload != code {
+	if got, _, _ := strings.Cut(msg.Payload, " "); got != code {
 		t.Errorf("acknowledged %q, want %s", msg.Payload, code)
 	}
 	if got := testutil.ToFloat64(f.tb.m.bloom.badMessages); got != float64(len(bad)) {

@@ -30,7 +30,7 @@ func newTestCacheTimeout(t *testing.T, store Store, opts *redis.Options, prefix 
 // newTestCacheOn puts a cache on rdb in front of store.
 func newTestCacheOn(t *testing.T, store Store, rdb *guardedRedis, prefix string, log *slog.Logger) *cachedStore {
 	t.Helper()
-	return newCachedStore(store, rdb, cacheOptions{ttl: time.Minute, prefix: prefix, counts: (*metrics)(nil).cacheResults("redis")}, log)
+	return newCachedStore(store, rdb, cacheOptions{auth: testAuth, ttl: time.Minute, prefix: prefix, counts: (*metrics)(nil).cacheResults("redis")}, log)
 }
 
 // lookInto is a plain client for the test to read and write Redis with.
@@ -45,10 +45,18 @@ func lookInto(t *testing.T, opts *redis.Options) *redis.Client {
 	return rdb
 }
 
-// cachedValue is what the cache writes to Redis for a link to url made
-// with nothing but a URL.
-func cachedValue(url string) string {
-	return formatCacheValue(Target{URL: url, Status: http.StatusFound, Version: 1})
+// cachedValue is what a cache with testAuth writes to Redis under key for
+// a link to url made with nothing but a URL, good for a minute.
+func cachedValue(key, url string) string {
+	return testAuth.seal(key, formatCacheValue(Target{URL: url, Status: http.StatusFound, Version: 1}), time.Now().Add(time.Minute))
+}
+
+// holdsLink reports whether v, read from Redis under key, is a value
+// sealed with auth, still good, for a link to url made with nothing but
+// a URL.
+func holdsLink(auth *redisAuth, key, v, url string) bool {
+	body, ok := auth.open(key, v, time.Now())
+	return ok && body == formatCacheValue(Target{URL: url, Status: http.StatusFound, Version: 1})
 }
 
 // testCount is a counter the test can read.
@@ -58,14 +66,14 @@ func (c *testCount) Inc()       { c.n.Add(1) }
 func (c *testCount) get() int64 { return c.n.Load() }
 
 // testResults are a cache's results, counted for the test to read.
-type testResults struct{ hit, miss, err, skipped testCount }
+type testResults struct{ hit, miss, err, skipped, refused testCount }
 
 func (r *testResults) results() cacheResults {
-	return cacheResults{hit: &r.hit, miss: &r.miss, err: &r.err, skipped: &r.skipped}
+	return cacheResults{hit: &r.hit, miss: &r.miss, err: &r.err, skipped: &r.skipped, refused: &r.refused}
 }
 
 func (r *testResults) String() string {
-	return fmt.Sprintf("hit %d, miss %d, error %d, skipped %d", r.hit.get(), r.miss.get(), r.err.get(), r.skipped.get())
+	return fmt.Sprintf("hit %d, miss %d, error %d, skipped %d, refused %d", r.hit.get(), r.miss.get(), r.err.get(), r.skipped.get(), r.refused.get())
 }
 
 func TestCacheMissThenHit(t *testing.T) {
@@ -86,8 +94,8 @@ func TestCacheMissThenHit(t *testing.T) {
 	if err != nil || got.URL != "https://go.dev/" {
 		t.Fatalf("first Lookup = %q, %v; want https://go.dev/", got.URL, err)
 	}
-	if v := look.Get(ctx, key).Val(); v != cachedValue("https://go.dev/") {
-		t.Errorf("after a miss, redis %s = %q, want %q", key, v, cachedValue("https://go.dev/"))
+	if v := look.Get(ctx, key).Val(); !holdsLink(testAuth, key, v, "https://go.dev/") {
+		t.Errorf("after a miss, redis %s = %q, want the link to https://go.dev/, sealed", key, v)
 	}
 	if ttl := look.TTL(ctx, key).Val(); ttl <= 0 || ttl > time.Minute {
 		t.Errorf("TTL of %s = %v, want in (0, 1m]", key, ttl)
@@ -137,7 +145,7 @@ func TestCacheRefusesForeignValues(t *testing.T) {
 		code := fmt.Sprintf("evil%03d", i)
 		// In the form this program writes, every other part right: the
 		// URL alone is what is refused.
-		if err := look.Set(ctx, prefix+code, cachedValue(v), time.Minute).Err(); err != nil {
+		if err := look.Set(ctx, prefix+code, cachedValue(prefix+code, v), time.Minute).Err(); err != nil {
 			t.Fatal(err)
 		}
 		if got, err := c.Lookup(ctx, code); !errors.Is(err, ErrNotFound) {
@@ -149,7 +157,7 @@ func TestCacheRefusesForeignValues(t *testing.T) {
 		if got, err := c.Lookup(ctx, code); err != nil || got.URL != "https://go.dev/"+code {
 			t.Errorf("Lookup(%s) with %q in Redis = %q, %v; want the store's URL", code, v, got.URL, err)
 		}
-		if v := look.Get(ctx, prefix+code).Val(); v != cachedValue("https://go.dev/"+code) {
+		if v := look.Get(ctx, prefix+code).Val(); !holdsLink(testAuth, prefix+code, v, "https://go.dev/"+code) {
 			t.Errorf("after the lookup, Redis holds %q, want the store's URL", v)
 		}
 	}
@@ -215,7 +223,7 @@ func TestCacheWrongTypeKey(t *testing.T) {
 	look := lookInto(t, opts)
 	ctx := context.Background()
 	// A code in Redis only: served from the cache or not at all.
-	if err := look.Set(ctx, prefix+"cached1", cachedValue("https://go.dev/cached"), time.Minute).Err(); err != nil {
+	if err := look.Set(ctx, prefix+"cached1", cachedValue(prefix+"cached1", "https://go.dev/cached"), time.Minute).Err(); err != nil {
 		t.Fatal(err)
 	}
 	if err := look.HSet(ctx, prefix+"HHHHHHH", "f", "v").Err(); err != nil {
@@ -243,7 +251,7 @@ func TestCacheWrongTypeKey(t *testing.T) {
 	if got, err := c.Lookup(ctx, "HHHHHHH"); err != nil || got.URL != "https://go.dev/hash" {
 		t.Errorf("lookup of a code in the store whose key is a hash = %q, %v; want the store's URL", got.URL, err)
 	}
-	if v, err := look.Get(ctx, prefix+"HHHHHHH").Result(); err != nil || v != cachedValue("https://go.dev/hash") {
+	if v, err := look.Get(ctx, prefix+"HHHHHHH").Result(); err != nil || !holdsLink(testAuth, prefix+"HHHHHHH", v, "https://go.dev/hash") {
 		t.Errorf("after the lookup, Redis holds %q, %v; want the store's URL", v, err)
 	}
 }
@@ -357,7 +365,7 @@ func (c *countingStore) Lookup(ctx context.Context, code string) (Target, error)
 
 func newTestLocalCache(t *testing.T, behind Store, maxBytes int64, ttl time.Duration) (*localCache, *testClock) {
 	t.Helper()
-	c, err := newLocalCache(behind, maxBytes, ttl, cacheResults{noCount{}, noCount{}, noCount{}, noCount{}})
+	c, err := newLocalCache(behind, maxBytes, ttl, cacheResults{noCount{}, noCount{}, noCount{}, noCount{}, noCount{}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -399,7 +407,7 @@ func TestLocalCache(t *testing.T) {
 		bytes int64
 		ttl   time.Duration
 	}{{0, time.Minute}, {-1, time.Minute}, {1 << 20, 0}, {1 << 20, -time.Second}} {
-		if _, err := newLocalCache(behind, bad.bytes, bad.ttl, cacheResults{noCount{}, noCount{}, noCount{}, noCount{}}); err == nil {
+		if _, err := newLocalCache(behind, bad.bytes, bad.ttl, cacheResults{noCount{}, noCount{}, noCount{}, noCount{}, noCount{}}); err == nil {
 			t.Errorf("newLocalCache(%d bytes, ttl %v) did not fail", bad.bytes, bad.ttl)
 		}
 	}

@@ -6,12 +6,13 @@ import (
 	"time"
 )
 
-// The Redis value of a link: "L1|<version>|<status>|<expires>|<limited>|<url>",
+// The body of a link's Redis value: "L1|<version>|<status>|<expires>|<limited>|<url>",
 // where expires is "-" or microseconds since 1970 and limited is 0 or 1;
 // or "L1|<version>|gone" for a deleted link. L1 names the format, so that
 // a later one can be told apart; the bare URL that earlier versions of
 // this program stored is not in it, so it reads as a miss and is
-// overwritten.
+// overwritten. Since step 26 Redis holds the body sealed (redisAuth.seal):
+// "A1|<until>|<mac>|L1|...".
 const cacheValueTag = "L1|"
 
 func formatCacheValue(t Target) string {
@@ -92,10 +93,10 @@ func parseCacheValue(v string) (Target, bool) {
 // redirect to javascript:, to the visitor's own machine, to a URL with
 // user info, or to a broken Location header.
 //
-// This bounds what Redis can make the service do; it does not make Redis
-// trusted: whoever can write to Redis can still point any code at any URL
-// a create would accept, phishing pages included. Redis must be reachable
-// by the shortener alone.
+// This bounds what a value can say; who wrote it is the seal's question
+// (redisauth.go, step 26): a value is parsed only once its MAC verifies.
+// The check stays, for a value sealed by an older version of this program
+// whose rules were looser.
 //
 // It runs on every Redis hit (the local cache answers the hottest links
 // before Redis is asked), so plausibleURL, which allocates nothing, turns

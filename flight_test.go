@@ -186,7 +186,7 @@ func TestFlightCoalescesConcurrentMisses(t *testing.T) {
 			} else {
 				r.checkCounts(t, 0, 1, 0, flightCallers-1)
 			}
-			if got := r.redis.String(); got != "hit 0, miss 1, error 0, skipped 0" {
+			if got := r.redis.String(); got != "hit 0, miss 1, error 0, skipped 0, refused 0" {
 				t.Errorf("redis: %s; want one miss, and nothing else", got)
 			}
 

@@ -170,7 +170,7 @@ func (c *cachedStore) tell(ctx context.Context, code string, t Target) bool {
 	}
 	cctx, cancel := context.WithTimeout(ctx, c.rdb.timeout)
 	defer cancel()
-	err := c.set(cctx, code, t, true)
+	err := c.set(cctx, code, t, true, "", true) // t is the primary's
 	c.rdb.breaker.done(at, err)
 	if err != nil {
 		c.inval.sendFailed.Inc()
@@ -205,10 +205,7 @@ func (c *cachedStore) retryPending(ctx context.Context) {
 	}
 	clear(c.pending)
 	c.mu.Unlock()
-	primary := c.Store
-	if r, ok := primary.(*replicaReads); ok {
-		primary = r.Store // a replica may not have the change yet
-	}
+	primary := primaryOf(c.Store) // a replica may not have the change yet
 	for i, code := range codes {
 		t, err := primary.Lookup(ctx, code)
 		switch {

@@ -103,13 +103,13 @@ func TestCacheNeverGoesBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := formatCacheValue(Target{URL: "https://go.dev/v2", Status: 302, Version: 2})
-	if v := look.Get(ctx, prefix+"ver0001").Val(); v != want {
-		t.Fatalf("after the edit Redis holds %q, want %q", v, want)
+	if v := look.Get(ctx, prefix+"ver0001").Val(); sealedBody(prefix+"ver0001", v) != want {
+		t.Fatalf("after the edit Redis holds %q, want %q, sealed", v, want)
 	}
-	if err := c.set(ctx, "ver0001", old, false); err != nil { // ...filled after it
+	if err := c.set(ctx, "ver0001", old, false, "", false); err != nil { // ...filled after it
 		t.Fatal(err)
 	}
-	if v := look.Get(ctx, prefix+"ver0001").Val(); v != want {
+	if v := look.Get(ctx, prefix+"ver0001").Val(); sealedBody(prefix+"ver0001", v) != want {
 		t.Errorf("after a late fill of version 1 Redis holds %q, want version 2 kept: %q", v, want)
 	}
 	if got, err := c.Lookup(ctx, "ver0001"); err != nil || got.URL != "https://go.dev/v2" {
@@ -199,7 +199,7 @@ func TestChangeWhileRedisDown(t *testing.T) {
 	ctx := context.Background()
 	hash := editOf(t, mem, "down001", "https://go.dev/v1")
 	look := lookInto(t, opts)
-	if err := look.Set(ctx, prefix+"down001", cachedValue("https://go.dev/v1"), time.Minute).Err(); err != nil {
+	if err := look.Set(ctx, prefix+"down001", cachedValue(prefix+"down001", "https://go.dev/v1"), time.Minute).Err(); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := c.Change(ctx, "down001", hash, LinkChange{URL: "https://go.dev/v2"}); err != nil {
@@ -227,8 +227,8 @@ func TestChangeWhileRedisDown(t *testing.T) {
 		t.Errorf("retry with Redis back: sent %d, want 1", sent.get())
 	}
 	want := formatCacheValue(Target{URL: "https://go.dev/v2", Status: 302, Version: 2})
-	if v := look.Get(ctx, prefix+"down001").Val(); v != want {
-		t.Errorf("Redis holds %q after the retry, want %q", v, want)
+	if v := look.Get(ctx, prefix+"down001").Val(); sealedBody(prefix+"down001", v) != want {
+		t.Errorf("Redis holds %q after the retry, want %q, sealed", v, want)
 	}
 	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()

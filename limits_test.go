@@ -423,7 +423,7 @@ func TestLimiterErrorReply(t *testing.T) {
 	c.counts = counts.results()
 	look := lookInto(t, opts)
 	ctx := context.Background()
-	if err := look.Set(ctx, prefix+"cached1", cachedValue("https://go.dev/cached"), time.Minute).Err(); err != nil {
+	if err := look.Set(ctx, prefix+"cached1", cachedValue(prefix+"cached1", "https://go.dev/cached"), time.Minute).Err(); err != nil {
 		t.Fatal(err)
 	}
 	ip := netip.MustParseAddr("192.0.2.9")

@@ -331,8 +331,9 @@ func redirectTo(t *testing.T, base, code, want string) {
 func TestRunWithRedis(t *testing.T) {
 	opts, prefix := testRedis(t)
 	redisURL := fmt.Sprintf("redis://%s/%d", opts.Addr, opts.DB)
+	dbURL := testDatabase(t)
 	base, _, logs := startRun(t, map[string]string{
-		"ADDR": "127.0.0.1:0", "DATABASE_URL": testDatabase(t), "REDIS_URL": redisURL, "CACHE_TTL": "42s",
+		"ADDR": "127.0.0.1:0", "DATABASE_URL": dbURL, "REDIS_URL": redisURL, "CACHE_TTL": "42s",
 		"REDIS_KEY_PREFIX": prefix,
 		// The local cache would answer the second redirect without Redis.
 		"LOCAL_CACHE_BYTES": "0",
@@ -350,8 +351,8 @@ func TestRunWithRedis(t *testing.T) {
 	})
 	redirectTo(t, base, code, "https://go.dev/cache")
 	ctx := context.Background()
-	if v := look.Get(ctx, key).Val(); v != cachedValue("https://go.dev/cache") {
-		t.Errorf("redis %s = %q after a redirect, want the link in the cache's form", key, v)
+	if v := look.Get(ctx, key).Val(); !holdsLink(dbRedisAuth(t, dbURL), key, v, "https://go.dev/cache") {
+		t.Errorf("redis %s = %q after a redirect, want the link in the cache's form, sealed with the key in redis_keys", key, v)
 	}
 	if ttl := look.TTL(ctx, key).Val(); ttl <= 0 || ttl > 42*time.Second {
 		t.Errorf("TTL of %s = %v, want in (0, 42s]", key, ttl)

@@ -120,7 +120,8 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 	m.limited = f(prometheus.NewCounter(prometheus.CounterOpts(opts("creates_rate_limited_total",
 		"Creates refused with 429 because the client used up CREATE_RATE.")))).(prometheus.Counter)
 	m.cache = f(prometheus.NewCounterVec(prometheus.CounterOpts(opts("cache_lookups_total",
-		"Cache lookups, by cache (local, redis) and result (hit, miss, error, skipped: breaker open).")),
+		"Cache lookups, by cache (local, redis) and result (hit, miss, error, skipped: breaker open, "+
+			"refused: a Redis value not sealed with this deployment's key, past its time, too long or not a link, read as a miss and overwritten).")),
 		[]string{"cache", "result"})).(*prometheus.CounterVec)
 	m.batch = f(prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: metricsNamespace,
 		Name: "click_batch_size", Help: "Clicks written per batch.", Buckets: clickBatchBuckets})).(prometheus.Histogram)
@@ -241,18 +242,19 @@ func (m *metrics) limitedCounter() counter {
 	return m.limited
 }
 
-// cacheResults are the four counters of one cache.
-type cacheResults struct{ hit, miss, err, skipped counter }
+// cacheResults are the five counters of one cache.
+type cacheResults struct{ hit, miss, err, skipped, refused counter }
 
 func (m *metrics) cacheResults(cache string) cacheResults {
 	if m == nil {
-		return cacheResults{noCount{}, noCount{}, noCount{}, noCount{}}
+		return cacheResults{noCount{}, noCount{}, noCount{}, noCount{}, noCount{}}
 	}
 	return cacheResults{
 		hit:     m.cache.WithLabelValues(cache, "hit"),
 		miss:    m.cache.WithLabelValues(cache, "miss"),
 		err:     m.cache.WithLabelValues(cache, "error"),
 		skipped: m.cache.WithLabelValues(cache, "skipped"),
+		refused: m.cache.WithLabelValues(cache, "refused"),
 	}
 }
 

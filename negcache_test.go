@@ -58,7 +58,7 @@ func TestNegCacheRemembersNotFound(t *testing.T) {
 // the next lookup find it.
 func TestNegCacheCreateRemovesEntry(t *testing.T) {
 	n, _, queries, _, _ := newTestNegCache(t, 100)
-	feed := newCodeFeed(nil, "", defaultBloomAckTimeout, nil, n, (*metrics)(nil).bloomCounts(), discardLog)
+	feed := newCodeFeed(nil, nil, "", defaultBloomAckTimeout, nil, n, (*metrics)(nil).bloomCounts(), discardLog)
 	store := &announcingStore{Store: n, feed: feed}
 	code := newCode()
 	wantNotFound(t, store, code)

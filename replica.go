@@ -36,6 +36,19 @@ type replicaReads struct {
 	replicaWait time.Duration
 }
 
+// primary is the store that has every change: a lookup there is the
+// answer a replica may not have caught up with.
+func (r *replicaReads) primary() Store { return r.Store }
+
+// primaryOf is the store under s that has every change: the primary
+// behind replicaReads, else s itself.
+func primaryOf(s Store) Store {
+	if p, ok := s.(interface{ primary() Store }); ok {
+		return p.primary()
+	}
+	return s
+}
+
 // budget returns ctx bounded by the read's whole deadline, and the
 // replica's share of it.
 func (r *replicaReads) budget(ctx context.Context) (read, replica context.Context, cancel func()) {

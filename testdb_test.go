@@ -138,7 +138,7 @@ func forEachStore(t *testing.T, fn func(t *testing.T, store Store)) {
 			(*metrics)(nil).bloomCounts(), discardLog)}
 		tb.start(t)
 		waitTrusted(t, tb.bloomStore, true)
-		feed := newCodeFeed(nil, "", defaultBloomAckTimeout, tb.bloomStore, neg, (*metrics)(nil).bloomCounts(), discardLog)
+		feed := newCodeFeed(nil, nil, "", defaultBloomAckTimeout, tb.bloomStore, neg, (*metrics)(nil).bloomCounts(), discardLog)
 		fn(t, &announcingStore{Store: tb.bloomStore, feed: feed})
 	})
 	t.Run("postgres+redis+local", func(t *testing.T) {

@@ -44,9 +44,25 @@ func buildLayers(ctx context.Context, cfg config, store Store, pg *pgStore, rdb 
 		}
 	}()
 
+	// What this instance writes to Redis is signed, and what it reads back
+	// is checked, with a key kept in Postgres (redisauth.go). Without
+	// Postgres (the memory store) the instance is alone, and the key is
+	// its own.
+	var auth *redisAuth
+	if rdb != nil {
+		if pg != nil {
+			if auth, err = loadRedisAuth(ctx, pg.db, max(pg.timeout, redisKeyTimeout)); err != nil {
+				return nil, err
+			}
+		} else {
+			auth = randomRedisAuth()
+		}
+	}
+
 	var cache *cachedStore
 	if rdb != nil {
 		cache = newCachedStore(store, rdb, cacheOptions{
+			auth:    auth,
 			ttl:     cfg.cacheTTL,
 			prefix:  cfg.redisPrefix + cacheKeyPrefix,
 			channel: cfg.redisPrefix + invalidationChannel,
@@ -102,7 +118,7 @@ func buildLayers(ctx context.Context, cfg config, store Store, pg *pgStore, rdb 
 			log.Warn("no REDIS_URL: one instance assumed; the bloom filter is trusted once built, and it and the negative cache " +
 				"hear only of this instance's creates; with more instances set BLOOM=off and NEG_CACHE_SIZE=0, or set REDIS_URL")
 		}
-		feed := newCodeFeed(rdb, cfg.redisPrefix, cfg.bloomAckTimeout, bf, neg, m.bloomCounts(), log)
+		feed := newCodeFeed(rdb, auth, cfg.redisPrefix, cfg.bloomAckTimeout, bf, neg, m.bloomCounts(), log)
 		store = &announcingStore{Store: store, feed: feed}
 		// Their own context, ended by stop, not by run's: they outlive
 		// the HTTP server's shutdown.

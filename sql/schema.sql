@@ -107,3 +107,14 @@ CREATE TABLE IF NOT EXISTS code_keys (
     id  integer PRIMARY KEY CHECK (id = 1),
     key bytea   NOT NULL CHECK (length(key) = 16)
 );
+
+-- Step 26: the key that signs what the app writes to Redis (cache values,
+-- the feed's messages) and checks what it reads back: 32 random bytes,
+-- made by the first instance to start and read by all (redisauth.go).
+-- Whoever can write to Redis but not read this table cannot forge a value.
+-- To change it: DELETE FROM redis_keys, then restart every instance; until
+-- the last has restarted, values one key wrote are misses for the other.
+CREATE TABLE IF NOT EXISTS redis_keys (
+    id  integer PRIMARY KEY CHECK (id = 1),
+    key bytea   NOT NULL CHECK (length(key) = 32)
+);
