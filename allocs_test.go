@@ -48,7 +48,7 @@ func newWarmApp(tb testing.TB, size, batch int) *warmApp {
 		tb.Fatal(err)
 	}
 	m := newMetrics(prometheus.NewRegistry())
-	local, err := newLocalCache(store, 1<<20, time.Hour, m.cacheResults("local"))
+	local, err := newLocalCache(store, 1<<20, time.Hour, m.cacheResults("local"), nil)
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -42,15 +43,22 @@ type cachedStore struct {
 	channel string       // where Change publishes the code (invalidate.go); "" = nowhere
 	warns   *sampledLog  // Redis failing
 	bad     *sampledLog  // Redis answering with what this program did not write
-	counts  cacheResults // hit, miss, error, skipped (breaker open)
+	counts  cacheResults // hit, miss, error, skipped (breaker open, or the code pending)
 	inval   invalidationCounts
 
-	// pending are codes changed while Redis could not be told; the
-	// subscriber retries them (retryPending) each time it (re)subscribes
-	// and every few seconds, until Redis takes them. Bounded: past
-	// maxPending, a change is logged and left to CACHE_TTL.
-	mu      sync.Mutex
-	pending map[string]struct{}
+	// pending are codes changed while Redis could not be told, each
+	// with the stamp of the last time it was kept (so that a retry
+	// forgets only what it told); the subscriber retries them
+	// (retryPending) each time it (re)subscribes and every
+	// pendingRetryEvery, until Redis takes them. Until then Redis may
+	// hold the link as it was, so this instance's lookups of those codes
+	// go to the primary, not to Redis (npending makes that check free
+	// while nothing is pending). Bounded: past maxPending, a change is
+	// logged and left to CACHE_TTL.
+	mu       sync.Mutex
+	pending  map[string]uint64
+	stamp    uint64
+	npending atomic.Int64
 }
 
 // maxPending bounds the codes a cachedStore keeps to tell Redis about.
@@ -84,7 +92,7 @@ func newCachedStore(store Store, rdb *guardedRedis, o cacheOptions, log *slog.Lo
 		bad:     &sampledLog{log: log, every: 10 * time.Second},
 		counts:  o.counts,
 		inval:   o.inval,
-		pending: make(map[string]struct{}),
+		pending: make(map[string]uint64),
 	}
 }
 
@@ -99,6 +107,13 @@ func newCachedStore(store Store, rdb *guardedRedis, o cacheOptions, log *slog.Lo
 // is overwritten with the store's answer. Unknown codes are not cached
 // (see docs/05 on negative caching); deleted ones are, as a tombstone.
 func (c *cachedStore) Lookup(ctx context.Context, code string) (Target, error) {
+	if c.isPending(code) {
+		// Redis was not told of this code's last change: what it holds
+		// may be the link as it was (step 27's history checker saw this
+		// instance serve it for seconds after its own edit).
+		c.counts.skipped.Inc()
+		return primaryOf(c.Store).Lookup(ctx, code)
+	}
 	ok, at := c.rdb.breaker.allow()
 	if !ok {
 		c.counts.skipped.Inc()

@@ -365,7 +365,7 @@ func (c *countingStore) Lookup(ctx context.Context, code string) (Target, error)
 
 func newTestLocalCache(t *testing.T, behind Store, maxBytes int64, ttl time.Duration) (*localCache, *testClock) {
 	t.Helper()
-	c, err := newLocalCache(behind, maxBytes, ttl, cacheResults{noCount{}, noCount{}, noCount{}, noCount{}, noCount{}})
+	c, err := newLocalCache(behind, maxBytes, ttl, cacheResults{noCount{}, noCount{}, noCount{}, noCount{}, noCount{}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -407,7 +407,7 @@ func TestLocalCache(t *testing.T) {
 		bytes int64
 		ttl   time.Duration
 	}{{0, time.Minute}, {-1, time.Minute}, {1 << 20, 0}, {1 << 20, -time.Second}} {
-		if _, err := newLocalCache(behind, bad.bytes, bad.ttl, cacheResults{noCount{}, noCount{}, noCount{}, noCount{}, noCount{}}); err == nil {
+		if _, err := newLocalCache(behind, bad.bytes, bad.ttl, cacheResults{noCount{}, noCount{}, noCount{}, noCount{}, noCount{}}, nil); err == nil {
 			t.Errorf("newLocalCache(%d bytes, ttl %v) did not fail", bad.bytes, bad.ttl)
 		}
 	}

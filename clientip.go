@@ -14,8 +14,12 @@ import (
 type trustedProxies []netip.Prefix
 
 // parseTrustedProxies reads a comma-separated list of IP addresses and
-// CIDR prefixes, such as "127.0.0.1/32,10.0.0.0/8,::1".
-func parseTrustedProxies(raw string) (trustedProxies, error) {
+// CIDR prefixes, such as "127.0.0.1/32,10.0.0.0/8,::1". Unless wide
+// (TRUSTED_PROXIES_WIDE=true), a prefix that reaches outside the private
+// ranges must be no wider than a /16 (IPv6: /32): step 26 accepted
+// 0.0.0.0/1,128.0.0.0/1 without a word, which trusts every address but
+// one's own rate limit (issue 24, item 14).
+func parseTrustedProxies(raw string, wide bool) (trustedProxies, error) {
 	var tp trustedProxies
 	for _, s := range strings.Split(raw, ",") {
 		s = strings.TrimSpace(s)
@@ -38,6 +42,10 @@ func parseTrustedProxies(raw string) (trustedProxies, error) {
 			if p.Bits() == 0 {
 				return nil, fmt.Errorf("%q trusts every address, so any client could choose its own: name the proxies", s)
 			}
+			if !wide && tooWide(p) {
+				return nil, fmt.Errorf("%q reaches past the private ranges (%s) and is wider than /%d: any client in it could choose its own address; "+
+					"name the proxies, or set TRUSTED_PROXIES_WIDE=true if it is meant", s, privateRanges(p.Addr().Is4()), widestPublic(p.Addr().Is4()))
+			}
 			tp = append(tp, p.Masked())
 			continue
 		}
@@ -48,6 +56,54 @@ func parseTrustedProxies(raw string) (trustedProxies, error) {
 		tp = append(tp, netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen()))
 	}
 	return tp, nil
+}
+
+// privateNets are the ranges no client on the internet has an address
+// in: loopback, RFC 1918, shared address space (RFC 6598), link-local,
+// unique local IPv6 (RFC 4193). A prefix inside one of them can name
+// only proxies on networks the operator runs.
+var privateNets = []netip.Prefix{
+	netip.MustParsePrefix("127.0.0.0/8"),
+	netip.MustParsePrefix("10.0.0.0/8"),
+	netip.MustParsePrefix("172.16.0.0/12"),
+	netip.MustParsePrefix("192.168.0.0/16"),
+	netip.MustParsePrefix("100.64.0.0/10"),
+	netip.MustParsePrefix("169.254.0.0/16"),
+	netip.MustParsePrefix("::1/128"),
+	netip.MustParsePrefix("fc00::/7"),
+	netip.MustParsePrefix("fe80::/10"),
+}
+
+// widestPublic is the widest prefix accepted outside privateNets without
+// TRUSTED_PROXIES_WIDE: a cloud's or a CDN's block of proxies fits in a
+// /16 (IPv6: /32) mostly; wider ones are asked to be meant.
+func widestPublic(v4 bool) int {
+	if v4 {
+		return 16
+	}
+	return 32
+}
+
+// tooWide says whether p reaches outside every private range and is wider
+// than widestPublic.
+func tooWide(p netip.Prefix) bool {
+	for _, n := range privateNets {
+		if n.Bits() <= p.Bits() && n.Contains(p.Addr()) {
+			return false // p lies inside n
+		}
+	}
+	return p.Bits() < widestPublic(p.Addr().Is4())
+}
+
+// privateRanges lists privateNets of one family, for a message.
+func privateRanges(v4 bool) string {
+	var names []string
+	for _, n := range privateNets {
+		if n.Addr().Is4() == v4 {
+			names = append(names, n.String())
+		}
+	}
+	return strings.Join(names, ", ")
 }
 
 func (tp trustedProxies) trusts(a netip.Addr) bool {

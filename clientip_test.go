@@ -11,7 +11,7 @@ import (
 )
 
 func TestClientIP(t *testing.T) {
-	tp, err := parseTrustedProxies("127.0.0.1/32, 10.0.0.0/8, ::1")
+	tp, err := parseTrustedProxies("127.0.0.1/32, 10.0.0.0/8, ::1", true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,11 +65,11 @@ func TestClientIPTrustsNobodyByDefault(t *testing.T) {
 
 func TestParseTrustedProxies(t *testing.T) {
 	for _, bad := range []string{"localhost", "10.0.0.0/33", "1.2.3", "127.0.0.1:80", "0.0.0.0/0", "::/0", "10.0.0.1, 8.8.8.8/0", "::ffff:0.0.0.0/96", "::ffff:10.0.0.0/95"} {
-		if _, err := parseTrustedProxies(bad); err == nil {
+		if _, err := parseTrustedProxies(bad, true); err == nil {
 			t.Errorf("parseTrustedProxies(%q) = nil error, want one", bad)
 		}
 	}
-	tp, err := parseTrustedProxies("10.1.2.3/8")
+	tp, err := parseTrustedProxies("10.1.2.3/8", true)
 	if err != nil || len(tp) != 1 || tp[0].String() != "10.0.0.0/8" {
 		t.Errorf("parseTrustedProxies(10.1.2.3/8) = %v, %v; want [10.0.0.0/8]", tp, err)
 	}
@@ -136,5 +136,37 @@ func TestErrorLogNamesTheClient(t *testing.T) {
 				t.Errorf("log does not say %s:\n%s", tt.want, logs)
 			}
 		})
+	}
+}
+
+// TestTrustedProxiesNotWide: a prefix that reaches past the private
+// ranges and is wider than a /16 (IPv6 /32) is refused, naming it, unless
+// TRUSTED_PROXIES_WIDE says it is meant; step 26 took
+// 0.0.0.0/1,128.0.0.0/1, which lets any client choose its address
+// (issue 24, item 14).
+func TestTrustedProxiesNotWide(t *testing.T) {
+	for _, wide := range []string{"0.0.0.0/1,128.0.0.0/1", "8.0.0.0/7", "203.0.0.0/15", "2000::/3", "2001:db8::/31", "10.0.0.0/8,0.0.0.0/1"} {
+		_, err := parseTrustedProxies(wide, false)
+		if err == nil || !strings.Contains(err.Error(), "TRUSTED_PROXIES_WIDE") {
+			t.Errorf("parseTrustedProxies(%q) = %v; want it refused, naming TRUSTED_PROXIES_WIDE", wide, err)
+		}
+		if _, err := parseTrustedProxies(wide, true); err != nil {
+			t.Errorf("parseTrustedProxies(%q) with TRUSTED_PROXIES_WIDE: %v", wide, err)
+		}
+	}
+	for _, fine := range []string{"10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "127.0.0.1", "fc00::/7",
+		"fd12:3456::/32", "fe80::/10", "::1", "203.0.113.7", "203.0.113.0/24", "198.51.0.0/16", "2001:db8::/32", "104.16.0.0/16"} {
+		if _, err := parseTrustedProxies(fine, false); err != nil {
+			t.Errorf("parseTrustedProxies(%q): %v, want it taken", fine, err)
+		}
+	}
+	env := func(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+	cfg, err := loadConfig(env(map[string]string{"TRUSTED_PROXIES": "0.0.0.0/1,128.0.0.0/1"}))
+	if err == nil || !strings.Contains(err.Error(), "TRUSTED_PROXIES") {
+		t.Errorf("loadConfig with TRUSTED_PROXIES=0.0.0.0/1,128.0.0.0/1: %v, want refused", err)
+	}
+	cfg, err = loadConfig(env(map[string]string{"TRUSTED_PROXIES": "0.0.0.0/1,128.0.0.0/1", "TRUSTED_PROXIES_WIDE": "true"}))
+	if err != nil || len(cfg.trustedProxies) != 2 {
+		t.Errorf("loadConfig with TRUSTED_PROXIES_WIDE=true: %v, %v", cfg.trustedProxies, err)
 	}
 }

@@ -89,7 +89,13 @@ type config struct {
 	// size); its address is not used.
 	redisSentinels []string
 	redisMaster    string
-	redisTimeout   time.Duration // REDIS_TIMEOUT: each Redis call's deadline
+	// redisSentinelUser and redisSentinelPassword are
+	// REDIS_SENTINEL_USERNAME and REDIS_SENTINEL_PASSWORD: what the
+	// Sentinels ask of a client (their requirepass, or an ACL user), which
+	// need not be the master's (REDIS_URL's).
+	redisSentinelUser     string
+	redisSentinelPassword string
+	redisTimeout          time.Duration // REDIS_TIMEOUT: each Redis call's deadline
 	// redisPrefix is REDIS_KEY_PREFIX, put before every key the service
 	// writes, for a Redis shared with other programs, other deployments
 	// (which would otherwise serve each other's links) or other tests.
@@ -508,6 +514,17 @@ func loadConfig(getenv func(string) string) (config, error) {
 		// defaults, as for a REDIS_URL of redis:///0.
 		cfg.redis = &redis.Options{}
 	}
+	// A password is never echoed in an error.
+	cfg.redisSentinelUser = env.str("REDIS_SENTINEL_USERNAME", "")
+	cfg.redisSentinelPassword = env.str("REDIS_SENTINEL_PASSWORD", "")
+	for _, name := range []string{"REDIS_SENTINEL_USERNAME", "REDIS_SENTINEL_PASSWORD"} {
+		if getenv(name) != "" && getenv("REDIS_SENTINELS") == "" {
+			env.fail(name, "(not shown)", "is for the Sentinels: set REDIS_SENTINELS, or put the master's user and password in REDIS_URL")
+		}
+	}
+	if cfg.redisSentinelUser != "" && cfg.redisSentinelPassword == "" {
+		env.fail("REDIS_SENTINEL_PASSWORD", "", "REDIS_SENTINEL_USERNAME needs a password")
+	}
 	cfg.bloom = env.oneOf("BLOOM", "on", "on", "off") == "on"
 	defCodes := "random"
 	if cfg.databaseURL != "" {
@@ -522,6 +539,13 @@ func loadConfig(getenv func(string) string) (config, error) {
 	// Under a second, each sweep would read back its margin (DB_TIMEOUT
 	// and 5 s) many times over; past an hour, it is no backstop.
 	cfg.bloomSweep = env.durationOrZero("BLOOM_SWEEP", cfg.bloomSweep, time.Second, time.Hour)
+	if cfg.bloomSweep == 0 && cfg.bloom && cfg.redis != nil && cfg.databaseURL != "" {
+		// Issue 24, item 6: with Redis there may be other instances, and
+		// a create whose announcement was lost reaches their filters by
+		// the sweep alone; without it, that link would answer 404 there
+		// until they restart.
+		env.fail("BLOOM_SWEEP", "0", "with REDIS_URL or REDIS_SENTINELS the sweep is how other instances learn of a link whose announcement was lost; give 1s to 1h, or set BLOOM=off")
+	}
 	cfg.negCacheSize = env.intIn("NEG_CACHE_SIZE", cfg.negCacheSize, 0, maxNegCacheSize)
 	cfg.negCacheTTL = env.durationIn("NEG_CACHE_TTL", cfg.negCacheTTL, 10*time.Millisecond, 10*time.Minute)
 	cfg.clicks.mode = env.oneOf("CLICKS", cfg.clicks.mode, "queue", "sync", "off")
@@ -538,10 +562,11 @@ func loadConfig(getenv func(string) string) (config, error) {
 	cfg.stats.keep.hours = env.intIn("STATS_HOURS_KEEP", cfg.stats.keep.hours, 1, 120)
 	cfg.stats.keep.days = env.intIn("STATS_DAYS_KEEP", cfg.stats.keep.days, 1, 120)
 	cfg.stats.flush = env.durationIn("STATS_FLUSH", cfg.stats.flush, 10*time.Millisecond, 10*time.Minute)
+	wide := env.bool("TRUSTED_PROXIES_WIDE", false)
 	if raw := getenv("TRUSTED_PROXIES"); raw != "" {
-		tp, err := parseTrustedProxies(raw)
+		tp, err := parseTrustedProxies(raw, wide)
 		if err != nil {
-			env.fail("TRUSTED_PROXIES", raw, fmt.Sprintf("want IP addresses or CIDR prefixes separated by commas, like 127.0.0.1/32,::1 (%v)", err))
+			env.fail("TRUSTED_PROXIES", raw, fmt.Sprintf("want IP addresses or CIDR prefixes separated by commas, like 127.0.0.1/32,::1; %v", err))
 		} else {
 			cfg.trustedProxies = tp
 		}

@@ -213,6 +213,16 @@ func TestLoadConfig(t *testing.T) {
 			c.redis, c.redisSentinels, c.redisMaster = o, []string{"h:26379"}, "m"
 			return c
 		}(), false},
+		{"sentinels with their own password", map[string]string{"REDIS_SENTINELS": "h:26379", "REDIS_MASTER": "m",
+			"REDIS_SENTINEL_USERNAME": "watcher", "REDIS_SENTINEL_PASSWORD": "s3cret"}, func() config {
+			c := defaultConfig()
+			c.redis, c.redisSentinels, c.redisMaster = &redis.Options{}, []string{"h:26379"}, "m"
+			c.redisSentinelUser, c.redisSentinelPassword = "watcher", "s3cret"
+			return c
+		}(), false},
+		{"sentinel password without sentinels", map[string]string{"REDIS_URL": "redis://h:1/0", "REDIS_SENTINEL_PASSWORD": "s3cret"}, config{}, true},
+		{"sentinel user without password", map[string]string{"REDIS_SENTINELS": "h:26379", "REDIS_MASTER": "m", "REDIS_SENTINEL_USERNAME": "watcher"}, config{}, true},
+		{"bloom sweep off with redis", map[string]string{"DATABASE_URL": "postgres://h/db", "REDIS_URL": "redis://h:1/0", "BLOOM_SWEEP": "0"}, config{}, true},
 		{"sentinels without master", map[string]string{"REDIS_SENTINELS": "h:26379"}, config{}, true},
 		{"master without sentinels", map[string]string{"REDIS_MASTER": "m"}, config{}, true},
 		{"sentinel without port", map[string]string{"REDIS_SENTINELS": "h", "REDIS_MASTER": "m"}, config{}, true},
@@ -269,6 +279,35 @@ func TestLoadConfig(t *testing.T) {
 				t.Errorf("loadConfig = %+v, want %+v", got, tt.want)
 			}
 		})
+	}
+}
+
+// TestLoadConfigRefusalsNameTheirVariable: the refusals that look at two
+// variables at once name the one to change, and a Sentinel password is
+// never repeated back. BLOOM_SWEEP=0 is refused only where other
+// instances depend on the sweep (issue 24, items 3 and 6).
+func TestLoadConfigRefusalsNameTheirVariable(t *testing.T) {
+	for _, tt := range []struct {
+		env  map[string]string
+		name string // "" = accepted
+	}{
+		{map[string]string{"DATABASE_URL": "postgres://h/db", "REDIS_URL": "redis://h:1/0", "BLOOM_SWEEP": "0"}, "BLOOM_SWEEP"},
+		{map[string]string{"DATABASE_URL": "postgres://h/db", "REDIS_SENTINELS": "h:1", "REDIS_MASTER": "m", "BLOOM_SWEEP": "0"}, "BLOOM_SWEEP"},
+		{map[string]string{"DATABASE_URL": "postgres://h/db", "REDIS_URL": "redis://h:1/0", "BLOOM_SWEEP": "0", "BLOOM": "off"}, ""},
+		{map[string]string{"DATABASE_URL": "postgres://h/db", "BLOOM_SWEEP": "0"}, ""},
+		{map[string]string{"REDIS_URL": "redis://h:1/0", "REDIS_SENTINEL_PASSWORD": "s3cret"}, "REDIS_SENTINEL_PASSWORD"},
+		{map[string]string{"REDIS_SENTINEL_USERNAME": "watcher", "REDIS_SENTINEL_PASSWORD": "s3cret"}, "REDIS_SENTINEL_USERNAME"},
+		{map[string]string{"REDIS_SENTINELS": "h:1", "REDIS_MASTER": "m", "REDIS_SENTINEL_USERNAME": "watcher"}, "REDIS_SENTINEL_PASSWORD"},
+	} {
+		_, err := loadConfig(func(k string) string { return tt.env[k] })
+		switch {
+		case tt.name == "" && err != nil:
+			t.Errorf("%v: %v, want it accepted", tt.env, err)
+		case tt.name != "" && (err == nil || !strings.Contains(err.Error(), tt.name)):
+			t.Errorf("%v: error %v, want one naming %s", tt.env, err, tt.name)
+		case err != nil && strings.Contains(err.Error(), "s3cret"):
+			t.Errorf("%v: the error repeats the password: %v", tt.env, err)
+		}
 	}
 }
 

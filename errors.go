@@ -71,6 +71,11 @@ func (e *rateLimitedError) Error() string {
 	return fmt.Sprintf("rate limited: retry after %v", e.retryAfter)
 }
 
+// statusClientClosed is the status recorded for a request whose client
+// hung up before its answer was ready: nginx's 499 (not in any RFC; no
+// client reads it, it is for the logs and metrics).
+const statusClientClosed = 499
+
 // unavailableRetry is the Retry-After of every 503: a backend that timed
 // out or a server that is full may well have room a second later, and a
 // client that waits that long spreads the retries out.
@@ -131,9 +136,12 @@ func errorStatus(err error) (status int, msg string, retryAfter time.Duration) {
 		// trying again may work, rather than a bare 500.
 		return http.StatusServiceUnavailable, "temporarily unavailable, try again", unavailableRetry
 	case errors.Is(err, context.Canceled):
-		// The client went away; nobody reads this answer, and it is not
-		// a server error worth a log line.
-		return http.StatusServiceUnavailable, "request cancelled", 0
+		// The client went away: nobody reads this answer, and it is not
+		// a server error. Before step 27 it was a 503, so a slow Postgres
+		// and impatient clients read as a storm of 5xx on the dashboards;
+		// 499 is nginx's code for it, and the error rate leaves it out
+		// (docs/27).
+		return statusClientClosed, "client closed request", 0
 	case pgUnreachable(err):
 		// Postgres could not be reached, or is no primary now: during a
 		// failover, HAProxy takes the connection and closes it (EOF)

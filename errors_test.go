@@ -37,6 +37,8 @@ func TestErrorStatusHidesInternalText(t *testing.T) {
 		{"decoder error that is not about the JSON", decodeError(errors.New("json: cannot decode into " + secret)), http.StatusInternalServerError},
 		{"store failure", fmt.Errorf("store: save: dial tcp %s: connection refused", secret), http.StatusInternalServerError},
 		{"store timeout", fmt.Errorf("store: get %s: %w", secret, context.DeadlineExceeded), http.StatusServiceUnavailable},
+		// The client hung up: 499, not a server error (issue 24, item 9).
+		{"client hung up", fmt.Errorf("store: get %s: %w", secret, context.Canceled), statusClientClosed},
 		// Postgres out of reach (a failover): 503, to be tried again.
 		{"store connection closed by a proxy with no server", fmt.Errorf("store: save %q: batch of 1: insert: %w", secret, io.EOF), http.StatusServiceUnavailable},
 		{"store connection refused", fmt.Errorf("codes: take a block: %w", netErr(syscall.ECONNREFUSED)), http.StatusServiceUnavailable},

@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"sync/atomic"
 
 	"golang.org/x/sync/singleflight"
 )
@@ -27,9 +29,20 @@ import (
 // under way to their callers, cleared as each finishes, so that an answer
 // (a Target, ErrNotFound, or an error) goes to the callers of that one flight
 // and is never remembered after it. Remembering is the caches' job.
+//
+// A flight is for one code within one generation of changes: a lookup
+// that starts after an edit or delete (made here, or heard of from
+// another instance) must not join a flight that began before it, and take
+// the answer read before the change. Step 24's local cache refused to keep
+// such an answer only when the lookup itself had started before the drop;
+// a lookup that started after it could still join the older flight and
+// keep its pre-edit answer for LOCAL_CACHE_TTL (docs/27). So the flight's
+// key is the code and the generation it began in, and a change moves the
+// generation on (changes, below).
 type flightStore struct {
 	Store
 	group     singleflight.Group
+	changes   *changes
 	coalesced counter // callers that got another caller's answer
 	// joined, when set, is called by each caller once it is in a flight
 	// (as the first or as a waiter): a test holds the lookup behind and
@@ -37,8 +50,40 @@ type flightStore struct {
 	joined func()
 }
 
-func newFlightStore(store Store, coalesced counter) *flightStore {
-	return &flightStore{Store: store, coalesced: coalesced}
+// newFlightStore coalesces lookups in front of store. changes is the
+// generation it shares with the local cache above it (nil: its own).
+func newFlightStore(store Store, coalesced counter, ch *changes) *flightStore {
+	if ch == nil {
+		ch = new(changes)
+	}
+	return &flightStore{Store: store, coalesced: coalesced, changes: ch}
+}
+
+// changes counts the changes this process has seen: each edit or delete
+// made here (flightStore.Change), each code dropped or caches purged on
+// another instance's word (localCache.drop and purge, the subscriber).
+// The local cache keeps a lookup's answer only if the count did not move
+// while it was asked, and the flight starts a new flight when it did.
+type changes struct{ n atomic.Uint64 }
+
+func (c *changes) bump()        { c.n.Add(1) }
+func (c *changes) load() uint64 { return c.n.Load() }
+
+// flightKey is code in generation gen: one allocation, the string.
+func flightKey(code string, gen uint64) string {
+	var buf [48]byte
+	b := append(buf[:0], code...)
+	b = append(b, 0) // a code never holds a NUL (validCode)
+	return string(strconv.AppendUint(b, gen, 10))
+}
+
+// Change makes the change below and, whatever its outcome (one that
+// failed may still have committed: docs/27), moves the generation on, so
+// that no later lookup joins a flight that may have read the old link.
+func (f *flightStore) Change(ctx context.Context, code string, tokenHash []byte, ch LinkChange) (Link, error) {
+	l, err := f.Store.Change(ctx, code, tokenHash, ch)
+	f.changes.bump()
+	return l, err
 }
 
 // Lookup joins the lookup of code already under way, or starts one. The
@@ -52,7 +97,7 @@ func newFlightStore(store Store, coalesced counter) *flightStore {
 // to their answer.
 func (f *flightStore) Lookup(ctx context.Context, code string) (Target, error) {
 	first := false // set only by the call that runs; read after its answer
-	ch := f.group.DoChan(code, func() (any, error) {
+	ch := f.group.DoChan(flightKey(code, f.changes.load()), func() (any, error) {
 		first = true
 		return f.Store.Lookup(context.WithoutCancel(ctx), code)
 	})

@@ -55,7 +55,7 @@ func newFlightRig(t *testing.T) *flightRig {
 	cache.counts = r.redis.results()
 	r.look, r.prefix = look, prefix
 	r.gate = &gatedStore{Store: cache, open: make(chan struct{})}
-	r.flight = newFlightStore(r.gate, r.m.coalescedCounter())
+	r.flight = newFlightStore(r.gate, r.m.coalescedCounter(), nil)
 	r.joined = make(chan struct{}, 4*flightCallers) // never blocks a caller
 	r.flight.joined = func() { r.joined <- struct{}{} }
 	return r

@@ -11,6 +11,7 @@ package main
 // inputs saved under testdata/fuzz/, as ordinary tests.
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"io"
@@ -52,7 +53,7 @@ func FuzzClientIP(f *testing.F) {
 		f.Add(s.proxies, s.remote, s.xff1, s.xff2)
 	}
 	f.Fuzz(func(t *testing.T, proxies, remote, xff1, xff2 string) {
-		tp, err := parseTrustedProxies(proxies)
+		tp, err := parseTrustedProxies(proxies, true)
 		if err != nil {
 			return // FuzzParseTrustedProxies covers refused settings
 		}
@@ -141,7 +142,7 @@ func FuzzParseTrustedProxies(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, raw string) {
-		tp, err := parseTrustedProxies(raw)
+		tp, err := parseTrustedProxies(raw, true)
 		if err != nil {
 			if tp != nil {
 				t.Fatalf("parseTrustedProxies(%q) = %v and error %v: want no list with an error", raw, tp, err)
@@ -170,7 +171,7 @@ func FuzzParseTrustedProxies(f *testing.F) {
 			}
 			written[i] = p.String()
 		}
-		again, err := parseTrustedProxies(strings.Join(written, ","))
+		again, err := parseTrustedProxies(strings.Join(written, ","), true)
 		if err != nil || !slices.Equal(again, tp) {
 			t.Fatalf("parseTrustedProxies(%q) = %v; written out and read back: %v, %v", raw, tp, again, err)
 		}
@@ -257,6 +258,12 @@ func FuzzDecodeJSON(f *testing.F) {
 			t.Fatalf("body %q (cut %d, how %d): status %d, want 2xx or 4xx; body %s", body, cut, how%3, code, rec.Body)
 		}
 		if code/100 == 2 {
+			// Accepted: the object named "url" at most once, and
+			// exactly so (step 27's checkJSONKeys), by the decoder's own
+			// reading.
+			if keys := topKeysByDecoder(body); len(keys) > 1 || len(keys) == 1 && keys[0] != "url" {
+				t.Fatalf("body %q accepted, with top-level keys %q matching \"url\": want at most one, written \"url\"", body, keys)
+			}
 			return
 		}
 		var resp struct {
@@ -345,4 +352,29 @@ func FuzzStatsInput(f *testing.F) {
 			t.Errorf("%q: accepted %s %v to %v", query, q.by, q.from, q.to)
 		}
 	})
+}
+
+// topKeysByDecoder is the top-level keys of the object body holds that
+// fold to "url", as encoding/json's Token reads them: the reference
+// FuzzDecodeJSON holds checkJSONKeys's own scanner to.
+func topKeysByDecoder(body []byte) []string {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return nil
+	}
+	var keys []string
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return keys
+		}
+		if k, _ := tok.(string); strings.EqualFold(k, "url") {
+			keys = append(keys, k)
+		}
+		var skip json.RawMessage
+		if dec.Decode(&skip) != nil {
+			return keys
+		}
+	}
+	return keys
 }

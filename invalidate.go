@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -16,7 +17,11 @@ const invalidationChannel = "changes"
 
 // pendingRetryEvery is how often changes that could not reach Redis are
 // tried again (cachedStore.retryPending), besides each (re)subscription.
-const pendingRetryEvery = 2 * time.Second
+// Until one is told, the other instances may serve the link as it was:
+// 2 s until step 27, which found a tell that timed out on a busy machine
+// left them stale past the history checker's 1.5 s. A retry with nothing
+// pending costs an atomic load.
+const pendingRetryEvery = 250 * time.Millisecond
 
 // subscriber keeps this process's caches in step with edits made on any
 // instance. Every instance subscribes to one Redis channel; an edit on
@@ -39,16 +44,79 @@ const pendingRetryEvery = 2 * time.Second
 // a while (subscriberHealthCheck) and reconnects when the ping fails, so
 // a connection that died without a word is found within seconds, not at
 // the next publish.
+//
+// go-redis hands messages over through a channel of 100; when it stays
+// full for subscriberSendTimeout, go-redis drops the message and says so
+// in its log, the only place it does. Its log comes here (redis.go): a
+// dropped message is counted (result "dropped") and every listening cache
+// purged (lost). So that the channel does not fill, the subscriber's own
+// goroutine does only what is done in memory (dropping codes); re-reading
+// the changes Redis missed, which asks Postgres once per code, runs on a
+// goroutine of its own (retryLoop). Before step 27 both ran on one, and up
+// to 10,000 serial re-reads could hold the channel full (issue 24, item 4).
 type subscriber struct {
-	ps     *redis.PubSub
-	drop   []func(code string) // each cache layer that listens
-	purge  []func()
-	retry  func(context.Context) // cachedStore.retryPending; nil = none
-	counts invalidationCounts
-	bad    *sampledLog
-	log    *slog.Logger
-	cancel context.CancelFunc // ends a retry under way, at close
-	done   chan struct{}      // closed when run has returned
+	ps       *redis.PubSub
+	drop     []func(code string) // each cache layer that listens
+	purge    []func()
+	retry    func(context.Context) // cachedStore.retryPending; nil = none
+	retryNow chan struct{}         // a (re)subscription asks for a retry at once
+	counts   invalidationCounts
+	bad      *sampledLog
+	lostLog  *sampledLog
+	log      *slog.Logger
+	cancel   context.CancelFunc // ends a retry under way, at close
+	done     chan struct{}      // closed when run and retryLoop have returned
+}
+
+// subscriberSendTimeout is how long go-redis waits for room in the
+// subscriber's channel before it drops a message (its default is a
+// minute, during which the lost change would be served).
+const subscriberSendTimeout = time.Second
+
+// subscribers are the live subscribers of this process: go-redis's log
+// line for a dropped message does not say whose it was, so each is told.
+var subscribers = &subscriberSet{subs: map[*subscriber]struct{}{}}
+
+type subscriberSet struct {
+	mu   sync.Mutex
+	subs map[*subscriber]struct{}
+}
+
+func (set *subscriberSet) add(s *subscriber) {
+	set.mu.Lock()
+	defer set.mu.Unlock()
+	set.subs[s] = struct{}{}
+}
+
+func (set *subscriberSet) remove(s *subscriber) {
+	set.mu.Lock()
+	defer set.mu.Unlock()
+	delete(set.subs, s)
+}
+
+// lost tells every subscriber that go-redis dropped a message.
+func (set *subscriberSet) lost(ctx context.Context) {
+	set.mu.Lock()
+	subs := make([]*subscriber, 0, len(set.subs))
+	for s := range set.subs {
+		subs = append(subs, s)
+	}
+	set.mu.Unlock()
+	for _, s := range subs {
+		s.lost(ctx)
+	}
+}
+
+// lost is a message dropped before this subscriber could read it: which
+// code it named is unknown, so every listening cache forgets everything.
+func (s *subscriber) lost(ctx context.Context) {
+	s.counts.dropped.Inc()
+	for _, p := range s.purge {
+		p()
+	}
+	s.counts.purges.Inc()
+	s.lostLog.warn(ctx, "invalidations: a message was dropped by the redis client; local cache purged",
+		errors.New("invalidations: channel full for "+subscriberSendTimeout.String()))
 }
 
 // subscriberHealthCheck is how long the subscription may be silent before
@@ -64,35 +132,51 @@ func startSubscriber(rdb *guardedRedis, channel string, drop []func(string), pur
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &subscriber{
 		drop: drop, purge: purge, retry: retry, counts: counts, log: log,
-		bad:    &sampledLog{log: log, every: 10 * time.Second},
-		cancel: cancel,
-		done:   make(chan struct{}),
+		retryNow: make(chan struct{}, 1),
+		bad:      &sampledLog{log: log, every: 10 * time.Second},
+		lostLog:  &sampledLog{log: log, every: 10 * time.Second},
+		cancel:   cancel,
+		done:     make(chan struct{}),
 	}
+	subscribers.add(s)
 	// Subscribe sends SUBSCRIBE now if it can; if Redis is not there, the
 	// channel below keeps reconnecting (every 100 ms) until it is.
 	sctx, scancel := context.WithTimeout(ctx, rdb.timeout)
 	s.ps = rdb.Subscribe(sctx, channel)
 	scancel()
-	msgs := s.ps.ChannelWithSubscriptions(redis.WithChannelHealthCheckInterval(subscriberHealthCheck))
-	go s.run(ctx, msgs)
+	msgs := s.ps.ChannelWithSubscriptions(redis.WithChannelHealthCheckInterval(subscriberHealthCheck),
+		redis.WithChannelSendTimeout(subscriberSendTimeout))
+	var wg sync.WaitGroup
+	wg.Go(func() { s.run(ctx, msgs) })
+	wg.Go(func() { s.retryLoop(ctx) })
+	go func() {
+		wg.Wait()
+		close(s.done)
+	}()
 	return s
 }
 
+// run hands each message to handle until the PubSub is closed.
 func (s *subscriber) run(ctx context.Context, msgs <-chan any) {
-	defer close(s.done)
+	for msg := range msgs {
+		s.handle(ctx, msg)
+	}
+}
+
+// retryLoop re-reads the changes Redis missed every pendingRetryEvery,
+// and at once after each (re)subscription, until close.
+func (s *subscriber) retryLoop(ctx context.Context) {
 	tick := time.NewTicker(pendingRetryEvery)
 	defer tick.Stop()
 	for {
 		select {
-		case msg, ok := <-msgs:
-			if !ok {
-				return // the PubSub was closed
-			}
-			s.handle(ctx, msg)
+		case <-ctx.Done():
+			return
 		case <-tick.C:
-			if s.retry != nil {
-				s.retry(ctx)
-			}
+		case <-s.retryNow:
+		}
+		if s.retry != nil {
+			s.retry(ctx)
 		}
 	}
 }
@@ -110,8 +194,9 @@ func (s *subscriber) handle(ctx context.Context, msg any) {
 		}
 		s.counts.purges.Inc()
 		s.log.Info("invalidations: subscribed; local cache purged", "channel", msg.Channel)
-		if s.retry != nil {
-			s.retry(ctx)
+		select {
+		case s.retryNow <- struct{}{}:
+		default: // one is asked for already
 		}
 	case *redis.Message:
 		// What comes from Redis is input: anyone who can publish there
@@ -131,6 +216,7 @@ func (s *subscriber) handle(ctx context.Context, msg any) {
 // close ends the subscription and waits for run to return. Call it
 // before the Redis client is closed.
 func (s *subscriber) close() error {
+	subscribers.remove(s)
 	s.cancel()
 	err := s.ps.Close()
 	<-s.done
@@ -153,11 +239,37 @@ func (s *subscriber) close() error {
 func (c *cachedStore) Change(ctx context.Context, code string, tokenHash []byte, ch LinkChange) (Link, error) {
 	l, err := c.Store.Change(ctx, code, tokenHash, ch)
 	if err != nil {
+		if changeMayHaveLanded(err) {
+			// The link may have changed all the same (or was found
+			// deleted, perhaps by an earlier change whose outcome was
+			// as unclear): what the primary has now is read again and
+			// told, as a change Redis missed is (retryPending).
+			c.remember(ctx, code)
+		}
 		return l, err
 	}
 	// The change is committed: tell Redis even if the client has gone.
 	c.tell(context.WithoutCancel(ctx), code, l.target())
 	return l, nil
+}
+
+// changeMayHaveLanded says whether a Change that returned err may have
+// changed the link: it succeeded, or it failed in a way that does not say
+// it changed nothing. A deadline can pass as the COMMIT lands, and a
+// connection can drop after it: the client is told 503 while Postgres has
+// the change. A link found deleted (410) may have been deleted by such a
+// change. Only "no such link" and a wrong or missing token say nothing
+// was changed. (Before step 27, an unclear change cleared no cache, and
+// Redis served the old link for CACHE_TTL: docs/27.)
+func changeMayHaveLanded(err error) bool {
+	switch {
+	case err == nil:
+		return true
+	case errors.Is(err, ErrNotFound), errors.Is(err, ErrForbidden), errors.Is(err, ErrUnauthorized), errors.Is(err, ErrBadRequest):
+		return false
+	default:
+		return true
+	}
 }
 
 // tell writes t to Redis and publishes code, or keeps code for later.
@@ -185,41 +297,74 @@ func (c *cachedStore) tell(ctx context.Context, code string, t Target) bool {
 func (c *cachedStore) remember(ctx context.Context, code string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if len(c.pending) >= maxPending {
+	if _, ok := c.pending[code]; !ok && len(c.pending) >= maxPending {
 		c.warns.warn(ctx, "cache: too many changes waiting for redis; this one is left to CACHE_TTL",
 			fmt.Errorf("cache: %d changes pending", len(c.pending)))
 		return
 	}
-	c.pending[code] = struct{}{}
+	c.stamp++
+	c.pending[code] = c.stamp
+	c.npending.Store(int64(len(c.pending)))
+}
+
+// isPending says whether code's last change here has not reached Redis.
+func (c *cachedStore) isPending(code string) bool {
+	if c.npending.Load() == 0 {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, ok := c.pending[code]
+	return ok
+}
+
+// told forgets code, unless it was kept again after stamp: a change that
+// came while it was being told is told in its turn.
+func (c *cachedStore) told(code string, stamp uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.pending[code] == stamp {
+		delete(c.pending, code)
+		c.npending.Store(int64(len(c.pending)))
+	}
 }
 
 // retryPending tells Redis, and every instance, of the changes it missed:
 // each code is read again from the primary (what is there now, not what
 // the edit saw: a later edit may have come since) and written as Change
 // would. A code that fails again stays for the next try.
+//
+// A code stays pending until it is told (so that this instance's lookups
+// of it keep going to the primary meanwhile), and is forgotten only if no
+// change kept it again while it was being told.
 func (c *cachedStore) retryPending(ctx context.Context) {
-	c.mu.Lock()
-	codes := make([]string, 0, len(c.pending))
-	for code := range c.pending {
-		codes = append(codes, code)
+	if c.npending.Load() == 0 {
+		return
 	}
-	clear(c.pending)
+	type kept struct {
+		code  string
+		stamp uint64
+	}
+	c.mu.Lock()
+	codes := make([]kept, 0, len(c.pending))
+	for code, stamp := range c.pending {
+		codes = append(codes, kept{code, stamp})
+	}
 	c.mu.Unlock()
 	primary := primaryOf(c.Store) // a replica may not have the change yet
-	for i, code := range codes {
-		t, err := primary.Lookup(ctx, code)
+	for _, k := range codes {
+		t, err := primary.Lookup(ctx, k.code)
 		switch {
 		case errors.Is(err, ErrNotFound):
-			// Nothing to tell.
+			c.told(k.code, k.stamp) // nothing to tell
 		case err != nil:
-			c.remember(ctx, code) // Postgres failed: next time
-		case !c.tell(ctx, code, t):
+			// Postgres failed: next time.
+		case !c.tell(ctx, k.code, t):
 			// Redis failed again (tell kept this code): the rest wait
 			// for the next try too.
-			for _, rest := range codes[i+1:] {
-				c.remember(ctx, rest)
-			}
 			return
+		default:
+			c.told(k.code, k.stamp)
 		}
 	}
 }

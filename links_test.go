@@ -618,3 +618,124 @@ func FuzzBearerHash(f *testing.F) {
 		}
 	})
 }
+
+// TestLateClickCounts: a click of a link with max_clicks whose request
+// ends (a deadline, a client that hangs up) while its statement waits,
+// and whose row then comes back, is a redirect: the click it used is the
+// client's. On step 26's code TakeClick returned the request's error at
+// once while the statement went on and took the click: 503, then 410 on
+// the retry, for a link clicked once (issue 24, item 7).
+func TestLateClickCounts(t *testing.T) {
+	pg := openTestStoreWith(t, generousPool())
+	ctx := context.Background()
+	const code = "late001"
+	if err := pg.Save(ctx, code, NewLink{URL: "https://go.dev/late", MaxClicks: 1}); err != nil {
+		t.Fatal(err)
+	}
+	// An uncommitted row for the code in click_counts holds the click's
+	// INSERT ... ON CONFLICT until this transaction ends.
+	hold, err := pg.db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hold.Rollback() //nolint:errcheck // committed below; a no-op then
+	if _, err := hold.ExecContext(ctx, "INSERT INTO click_counts (code, clicks) VALUES ($1, 0)", code); err != nil {
+		t.Fatal(err)
+	}
+	reqCtx, hangUp := context.WithCancel(ctx)
+	type answer struct {
+		left bool
+		err  error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		left, err := pg.TakeClick(reqCtx, code, true)
+		done <- answer{left, err}
+	}()
+	waitFor(t, "the click waiting on the held row", func(ctx context.Context) (bool, error) {
+		var waiting bool
+		err := pg.db.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE 'INSERT INTO click_counts AS c%')`).Scan(&waiting)
+		return waiting, err
+	})
+	hangUp() // the request ends while the statement waits
+	if err := hold.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if a := <-done; a.err != nil || !a.left {
+		t.Fatalf("TakeClick whose request ended before its row came back = %v, %v; want true (the click was taken)", a.left, a.err)
+	}
+	if left, err := pg.TakeClick(ctx, code, true); err != nil || left {
+		t.Errorf("second click of max_clicks 1 = %v, %v; want false", left, err)
+	}
+	if l := linkNow(t, pg, code); l.Clicks != 1 {
+		t.Errorf("clicks = %d, want 1", l.Clicks)
+	}
+}
+
+// TestJSONKeysReadOneWay: a body that names a key twice, or in another
+// case than its own, is refused with 400 and changes nothing: Go's decoder
+// matched keys without regard to case and kept the last, so
+// {"url":"https://a","URL":"https://b"} made a link to b, where anything
+// reading the first key saw a (issue 24, item 15; 201 on step 26's code).
+func TestJSONKeysReadOneWay(t *testing.T) {
+	store := newMemoryStore()
+	h := linkServer(store, newLinkClock())
+	for _, body := range []string{
+		`{"url":"https://go.dev/a","URL":"https://go.dev/b"}`,
+		`{"url":"https://go.dev/a","url":"https://go.dev/b"}`,
+		`{"URL":"https://go.dev/a"}`,
+		`{"url":"https://go.dev/a","max_clic\u212as":3}`, // the Kelvin sign folds to k
+		`{"url":"https://go.dev/a","max_clicks":3,"Max_Clicks":null}`,
+		`{"url":"https://go.dev/a","\u0055RL":"https://go.dev/b"}`, // "URL", escaped
+		` { "alias" : "abc-12345" , "url" : "https://go.dev/a" , "url":"https://go.dev/b" } `,
+	} {
+		rec := do(t, h, "POST", "http://example.com/shorten", body)
+		if rec.Code != http.StatusBadRequest || !strings.Contains(rec.Body.String(), `"error"`) {
+			t.Errorf("POST %s = %d %s, want 400 with a JSON error", body, rec.Code, rec.Body)
+		}
+	}
+	if n := len(store.links); n != 0 {
+		t.Errorf("%d links made by refused bodies, want 0", n)
+	}
+	// Keys inside values are not the object's: these are fine.
+	for _, body := range []string{
+		`{"url":"https://go.dev/x?{\"url\":1,\"URL\":2}"}`,
+		`{"url":"https://go.dev/y","alias":"key-in-value-url"}`,
+	} {
+		if rec := do(t, h, "POST", "http://example.com/shorten", body); rec.Code != http.StatusCreated {
+			t.Errorf("POST %s = %d %s, want 201", body, rec.Code, rec.Body)
+		}
+	}
+	c := create(t, h, `{"url":"https://go.dev/ok","max_clicks":3}`)
+	for _, body := range []string{
+		`{"url":"https://go.dev/x","URL":"https://go.dev/y"}`,
+		`{"max_clicks":5,"max_clicks":null}`,
+	} {
+		if rec := doAuth(t, h, "PATCH", "/api/links/"+c.Code, body, "Bearer "+c.Token); rec.Code != http.StatusBadRequest {
+			t.Errorf("PATCH %s = %d %s, want 400", body, rec.Code, rec.Body)
+		}
+	}
+	if l := linkNow(t, store, c.Code); l.URL != "https://go.dev/ok" || l.MaxClicks != 3 {
+		t.Errorf("link after refused PATCHes = %q, max_clicks %d; want it unchanged", l.URL, l.MaxClicks)
+	}
+}
+
+// BenchmarkDecodeCreate is what decodeJSON costs a create's body, its keys
+// checked (checkJSONKeys) and decoded.
+func BenchmarkDecodeCreate(b *testing.B) {
+	const body = `{"url":"https://example.com/some/path?q=1","max_clicks":10}`
+	var req struct {
+		URL       string `json:"url"`
+		Alias     string `json:"alias"`
+		MaxClicks int64  `json:"max_clicks"`
+	}
+	w := httptest.NewRecorder()
+	b.ReportAllocs()
+	for b.Loop() {
+		r := httptest.NewRequest("POST", "/shorten", strings.NewReader(body))
+		if err := decodeJSON(w, r, &req); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -37,8 +36,10 @@ type localCache struct {
 	// gen goes up by one at every drop and purge. A lookup that misses
 	// keeps what the store answered only if gen has not moved while it
 	// asked: an answer read before an edit, and arriving after the edit
-	// dropped the code, must not be kept (see Lookup).
-	gen atomic.Uint64
+	// dropped the code, must not be kept (see Lookup). The flight below
+	// shares it (flight.go), so that a lookup begun after a drop does not
+	// join a flight begun before it.
+	gen *changes
 	// dropped, when set, is called after each drop: tests count them.
 	dropped func(code string)
 }
@@ -73,7 +74,13 @@ func localEntryWeight(code string, e localEntry) uint32 {
 // a few microseconds now and then, rather than on goroutines of its own:
 // it then starts none, has nothing to stop, and a lookup that returns
 // has left the cache within its bound.
-func newLocalCache(store Store, maxBytes int64, ttl time.Duration, counts cacheResults) (*localCache, error) {
+//
+// gen is the generation of changes it shares with the flight below (nil:
+// its own).
+func newLocalCache(store Store, maxBytes int64, ttl time.Duration, counts cacheResults, gen *changes) (*localCache, error) {
+	if gen == nil {
+		gen = new(changes)
+	}
 	if ttl <= 0 {
 		return nil, fmt.Errorf("local cache: ttl %v, want more than 0", ttl)
 	}
@@ -88,7 +95,7 @@ func newLocalCache(store Store, maxBytes int64, ttl time.Duration, counts cacheR
 	if err != nil {
 		return nil, fmt.Errorf("local cache: %w", err)
 	}
-	return &localCache{Store: store, links: links, ttl: ttl.Nanoseconds(), now: monotonicNow, counts: counts}, nil
+	return &localCache{Store: store, links: links, ttl: ttl.Nanoseconds(), now: monotonicNow, counts: counts, gen: gen}, nil
 }
 
 // Lookup answers from memory if it can, else from the store behind (Redis,
@@ -111,11 +118,11 @@ func (c *localCache) Lookup(ctx context.Context, code string) (Target, error) {
 		c.links.Invalidate(code)
 	}
 	c.counts.miss.Inc()
-	gen := c.gen.Load()
+	gen := c.gen.load()
 	t, err := c.Store.Lookup(ctx, code)
-	if err == nil && c.gen.Load() == gen {
+	if err == nil && c.gen.load() == gen {
 		c.links.Set(code, localEntry{target: t, expires: c.now() + c.ttl})
-		if c.gen.Load() != gen {
+		if c.gen.load() != gen {
 			c.links.Invalidate(code)
 		}
 	}
@@ -123,10 +130,13 @@ func (c *localCache) Lookup(ctx context.Context, code string) (Target, error) {
 }
 
 // Change edits or deletes the link behind (Redis and the store see to
-// themselves), then drops the code from this process's memory.
+// themselves), then drops the code from this process's memory: after a
+// change that succeeded, and after one that failed but may have landed
+// (changeMayHaveLanded: a deadline that passed as the COMMIT did, or a
+// link found deleted, which an earlier unclear DELETE may have done).
 func (c *localCache) Change(ctx context.Context, code string, tokenHash []byte, ch LinkChange) (Link, error) {
 	l, err := c.Store.Change(ctx, code, tokenHash, ch)
-	if err == nil {
+	if changeMayHaveLanded(err) {
 		c.drop(code)
 	}
 	return l, err
@@ -134,7 +144,7 @@ func (c *localCache) Change(ctx context.Context, code string, tokenHash []byte, 
 
 // drop forgets code: an invalidation from this or another instance.
 func (c *localCache) drop(code string) {
-	c.gen.Add(1)
+	c.gen.bump()
 	c.links.Invalidate(code)
 	if c.dropped != nil {
 		c.dropped(code)
@@ -144,6 +154,6 @@ func (c *localCache) drop(code string) {
 // purge forgets every link: the invalidations were not heard for a
 // while, and any of them may have changed.
 func (c *localCache) purge() {
-	c.gen.Add(1)
+	c.gen.bump()
 	c.links.InvalidateAll()
 }

@@ -125,7 +125,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	log.Info("codes", "source", cfg.codes)
 	var rdb *guardedRedis
 	if cfg.redis != nil {
-		rdb = openRedis(ctx, cfg.redis, sentinels{cfg.redisMaster, cfg.redisSentinels}, cfg.redisTimeout, log)
+		rdb = openRedis(ctx, cfg.redis, sentinels{cfg.redisMaster, cfg.redisSentinels, cfg.redisSentinelUser, cfg.redisSentinelPassword}, cfg.redisTimeout, log)
 		defer func() {
 			if err := rdb.Close(); err != nil {
 				log.Error("close redis", "err", err)

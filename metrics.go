@@ -120,7 +120,7 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 	m.limited = f(prometheus.NewCounter(prometheus.CounterOpts(opts("creates_rate_limited_total",
 		"Creates refused with 429 because the client used up CREATE_RATE.")))).(prometheus.Counter)
 	m.cache = f(prometheus.NewCounterVec(prometheus.CounterOpts(opts("cache_lookups_total",
-		"Cache lookups, by cache (local, redis) and result (hit, miss, error, skipped: breaker open, "+
+		"Cache lookups, by cache (local, redis) and result (hit, miss, error, skipped: breaker open, or a code whose change Redis was not told yet, "+
 			"refused: a Redis value not sealed with this deployment's key, past its time, too long or not a link, read as a miss and overwritten).")),
 		[]string{"cache", "result"})).(*prometheus.CounterVec)
 	m.batch = f(prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: metricsNamespace,
@@ -146,10 +146,11 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 		[]string{"op", "result"})).(*prometheus.CounterVec)
 	m.inval = f(prometheus.NewCounterVec(prometheus.CounterOpts(opts("invalidations_total",
 		"Cache invalidations: sent (written to Redis and published after an edit), send_failed (Redis not reached: retried), "+
-			"received (a code from another instance, or this one, dropped from the local cache), bad (a message that is not a code, ignored).")),
+			"received (a code from another instance, or this one, dropped from the local cache), bad (a message that is not a code, ignored), "+
+			"dropped (a message the Redis client dropped, its channel full: the local cache was purged).")),
 		[]string{"result"})).(*prometheus.CounterVec)
 	m.purges = f(prometheus.NewCounter(prometheus.CounterOpts(opts("invalidation_purges_total",
-		"Times the whole local cache was emptied because the invalidation subscription was (re)made: what was published while it was down is unknown.")))).(prometheus.Counter)
+		"Times the whole local cache was emptied because the invalidation subscription was (re)made, or a message was dropped: what was published meanwhile is unknown.")))).(prometheus.Counter)
 	m.bloom.lookups = f(prometheus.NewCounterVec(prometheus.CounterOpts(opts("bloom_lookups_total",
 		"Lookups the Bloom filter answered, by result: no (unknown for sure, answered 404 with no query), maybe (passed to the store), untrusted (passed to the store because the filter is not built yet, or may be missing codes: see shortener_bloom_trusted).")),
 		[]string{"result"})).(*prometheus.CounterVec)
@@ -310,17 +311,18 @@ func (m *metrics) editCounter() editResults {
 }
 
 // invalidationCounts are the invalidations' counters (invalidate.go).
-type invalidationCounts struct{ sent, sendFailed, received, bad, purges counter }
+type invalidationCounts struct{ sent, sendFailed, received, bad, dropped, purges counter }
 
 func (m *metrics) invalidationCounts() invalidationCounts {
 	if m == nil {
-		return invalidationCounts{noCount{}, noCount{}, noCount{}, noCount{}, noCount{}}
+		return invalidationCounts{noCount{}, noCount{}, noCount{}, noCount{}, noCount{}, noCount{}}
 	}
 	return invalidationCounts{
 		sent:       m.inval.WithLabelValues("sent"),
 		sendFailed: m.inval.WithLabelValues("send_failed"),
 		received:   m.inval.WithLabelValues("received"),
 		bad:        m.inval.WithLabelValues("bad"),
+		dropped:    m.inval.WithLabelValues("dropped"),
 		purges:     m.purges,
 	}
 }

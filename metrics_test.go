@@ -412,3 +412,24 @@ func TestBloomMetrics(t *testing.T) {
 		t.Errorf("gathered %d of the sweep's 4 series (ok, failed, codes, missed): %v", n, err)
 	}
 }
+
+// TestClientHangUpIs499: a request whose client hangs up while the store
+// is slow is recorded as 499, not as a 503 that would count against the
+// service's error rate (issue 24, item 9; a 503 on step 26's code).
+func TestClientHangUpIs499(t *testing.T) {
+	m := newMetrics(prometheus.NewRegistry())
+	slow := &gatedStore{Store: newMemoryStore(), open: make(chan struct{})} // never opens
+	h := newHandler(slow, noClicks{}, nil, nil, m, config{}, discardLog)
+	ctx, hangUp := context.WithCancel(context.Background())
+	hangUp()
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest("GET", "/abcDEF1", nil).WithContext(ctx))
+	if rec.Code != statusClientClosed {
+		t.Errorf("status = %d, want %d", rec.Code, statusClientClosed)
+	}
+	for status, want := range map[string]float64{"499": 1, "503": 0} {
+		if got := testutil.ToFloat64(m.requests.WithLabelValues("GET", "GET /{code}", status)); got != want {
+			t.Errorf("requests{GET, GET /{code}, %s} = %v, want %v", status, got, want)
+		}
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -23,11 +24,15 @@ type guardedRedis struct {
 }
 
 // sentinels names a Redis master by the Sentinels that watch it
-// (REDIS_MASTER, REDIS_SENTINELS); the zero value means none: the client
-// goes to opts.Addr.
+// (REDIS_MASTER, REDIS_SENTINELS), with what the Sentinels themselves ask
+// of a client (REDIS_SENTINEL_USERNAME, REDIS_SENTINEL_PASSWORD: their
+// requirepass or ACL user, not the master's, which REDIS_URL gives); the
+// zero value means none: the client goes to opts.Addr.
 type sentinels struct {
-	master string
-	addrs  []string
+	master   string
+	addrs    []string
+	username string
+	password string
 }
 
 // openRedis makes a client for opts whose every call gives up after timeout.
@@ -39,7 +44,8 @@ type sentinels struct {
 // a fallback, so the service starts without it, warns, and uses it as soon
 // as it answers.
 func openRedis(ctx context.Context, opts *redis.Options, sent sentinels, timeout time.Duration, log *slog.Logger) *guardedRedis {
-	silenceRedisLog.Do(func() { redis.SetLogger(discardRedisLog{}) })
+	redisLibLog.log.Store(log)
+	redisLibLogOnce.Do(func() { redis.SetLogger(redisLibLog) })
 	o := *opts
 	o.ContextTimeoutEnabled = true // let each call's deadline bound its socket reads too
 	// Each wait has its own bound as well, in case a call comes without a
@@ -81,10 +87,14 @@ func openRedis(ctx context.Context, opts *redis.Options, sent sentinels, timeout
 // failoverOptions carries o's settings over to a client that finds the
 // master through sent. The same timeouts bound the questions to the
 // Sentinels: one that is down costs a dial timeout, then the next is asked.
+// Until step 27 the Sentinels' own user and password were not carried
+// (issue 24, item 3): Sentinels with a requirepass could not be used.
 func failoverOptions(o *redis.Options, sent sentinels) *redis.FailoverOptions {
 	return &redis.FailoverOptions{
 		MasterName:            sent.master,
 		SentinelAddrs:         slices.Clone(sent.addrs),
+		SentinelUsername:      sent.username,
+		SentinelPassword:      sent.password,
 		ClientName:            o.ClientName,
 		Protocol:              o.Protocol,
 		Username:              o.Username,
@@ -206,11 +216,39 @@ func (b *breaker) done(at int64, err error) {
 	}
 }
 
-// go-redis logs each failed dial itself, through a logger global to the
-// package: one line per request while Redis is down. The cache logs those
-// failures itself (sampled), so go-redis's lines are dropped.
-var silenceRedisLog sync.Once
+// go-redis logs through a logger global to its package: each failed dial
+// (one line per request while Redis is down), a pub/sub reconnect, and a
+// pub/sub message it dropped because the channel it hands messages to
+// stayed full. Until step 27 every line was discarded, and with them the
+// one that says an invalidation was lost (issue 24, item 4). Now every
+// line goes to the service's log, sampled (one per redisLibLogEvery, with
+// the count held back), and a dropped message also reaches every
+// subscriber in the process (subscriber.lost), which counts it and purges
+// its caches: what the lost message would have dropped is dropped with
+// everything else.
+var redisLibLogOnce sync.Once
 
-type discardRedisLog struct{}
+// redisLibLog is the logger go-redis is given. Its slog logger is the one
+// of the last openRedis (a process has one; tests have many, and any of
+// them will do).
+var redisLibLog = &libLog{sampled: sampledLog{every: 10 * time.Second}}
 
-func (discardRedisLog) Printf(context.Context, string, ...any) {}
+type libLog struct {
+	log     atomic.Pointer[slog.Logger]
+	sampled sampledLog
+}
+
+// droppedMessage is the part of go-redis's line for a pub/sub message it
+// dropped (pubsub.go: "redis: %v channel is full for %s (message is
+// dropped)"); TestSubscriberHearsDrops fails if go-redis rewords it.
+const droppedMessage = "(message is dropped)"
+
+func (l *libLog) Printf(ctx context.Context, format string, v ...any) {
+	line := fmt.Sprintf(format, v...)
+	if strings.Contains(format, droppedMessage) {
+		subscribers.lost(ctx)
+	}
+	if log := l.log.Load(); log != nil {
+		l.sampled.warnTo(ctx, log, "redis client library", errors.New(line))
+	}
+}

@@ -430,7 +430,9 @@ func redisSentinelBin(t *testing.T) string {
 
 // startRedisProcess runs bin with args on a free port in dir (a port
 // taken meanwhile makes it exit: it is tried again on another, up to
-// three times), and returns the port. It is stopped when t ends.
+// three times), and returns the port. It is stopped when t ends. It is
+// ready when it answers PING, with PONG or with an error reply (NOAUTH,
+// from one that wants a password).
 func startRedisProcess(t *testing.T, name, bin, dir string, args func(port int) []string) int {
 	t.Helper()
 	var errs []error
@@ -445,7 +447,12 @@ func startRedisProcess(t *testing.T, name, bin, dir string, args func(port int) 
 		}
 		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 		c := redis.NewClient(plainRedis(addr))
-		err = srv.waitReady(func(ctx context.Context) error { return c.Ping(ctx).Err() })
+		err = srv.waitReady(func(ctx context.Context) error {
+			if err := c.Ping(ctx).Err(); !redisAnswered(err) {
+				return err
+			}
+			return nil
+		})
 		if cerr := c.Close(); cerr != nil {
 			t.Fatal(cerr)
 		}
@@ -497,6 +504,25 @@ func waitFor(t *testing.T, what string, cond func(ctx context.Context) (bool, er
 	t.Fatalf("%s: not within 60s (last error: %v)", what, last)
 }
 
+// sentinelTestBins finds redis-sentinel and redis-server, or fails the
+// test: a Sentinel test needs both.
+func sentinelTestBins(t *testing.T) (sentinelBin, serverBin string) {
+	t.Helper()
+	sentinelBin = redisSentinelBin(t)
+	if serverBin = findRedisServer(); serverBin == "" {
+		t.Fatal("redis-server is not installed")
+	}
+	return sentinelBin, serverBin
+}
+
+// plainRedisArgs is startRedisProcess's argument list for a redis-server
+// that keeps nothing on disk, in dir.
+func plainRedisArgs(dir string) func(port int) []string {
+	return func(port int) []string {
+		return []string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir}
+	}
+}
+
 // TestRedisFollowsSentinelFailover runs a master, its replica and a
 // Sentinel (real processes), opens the service's client through the
 // Sentinel, has the Sentinel fail the master over to the replica, and
@@ -504,16 +530,10 @@ func waitFor(t *testing.T, what string, cond func(ctx context.Context) (bool, er
 // was told, and did not keep writing to the old one (now a replica, which
 // would refuse with READONLY).
 func TestRedisFollowsSentinelFailover(t *testing.T) {
-	sentinelBin := redisSentinelBin(t)
-	serverBin := findRedisServer()
-	if serverBin == "" {
-		t.Fatal("redis-server is not installed")
-	}
+	sentinelBin, serverBin := sentinelTestBins(t)
 	t.Parallel()
 	dir := t.TempDir()
-	plain := func(port int) []string {
-		return []string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir}
-	}
+	plain := plainRedisArgs(dir)
 	oldPort := startRedisProcess(t, "redis-master", serverBin, dir, plain)
 	oldAddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(oldPort))
 	newPort := startRedisProcess(t, "redis-replica", serverBin, dir, func(port int) []string {
@@ -603,5 +623,63 @@ func TestRedisFollowsSentinelFailover(t *testing.T) {
 	t.Logf("write %d was the first to land on the new master", n)
 	if role, err := newMaster.Do(ctx, "ROLE").Slice(); err != nil || len(role) == 0 || role[0] != "master" {
 		t.Errorf("ROLE of %s = %v, %v; want master", newAddr, role, err)
+	}
+}
+
+// TestRedisSentinelWithItsOwnPassword runs a master and a Sentinel that
+// wants a password (requirepass) the master does not: the client reaches
+// the master through the Sentinel with REDIS_SENTINEL_PASSWORD's value,
+// and without it, or with a wrong one, is refused. Until step 27
+// failoverOptions dropped the Sentinels' credentials (issue 24, item 3),
+// and the first half failed.
+func TestRedisSentinelWithItsOwnPassword(t *testing.T) {
+	sentinelBin, serverBin := sentinelTestBins(t)
+	t.Parallel()
+	dir := t.TempDir()
+	masterPort := startRedisProcess(t, "redis-master", serverBin, dir, plainRedisArgs(dir))
+	const password = "sentinel-s3cret"
+	sentPort := startRedisProcess(t, "redis-sentinel", sentinelBin, dir, func(port int) []string {
+		conf := filepath.Join(dir, fmt.Sprintf("sentinel-%d.conf", port))
+		body := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\nrequirepass %s\nsentinel monitor m 127.0.0.1 %d 1\n", port, dir, password, masterPort)
+		if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return []string{conf}
+	})
+	sentAddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(sentPort))
+	master := redis.NewClient(plainRedis(net.JoinHostPort("127.0.0.1", strconv.Itoa(masterPort))))
+	t.Cleanup(func() {
+		if err := master.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+
+	write := func(pw, value string) error {
+		opts := &redis.Options{MaxRetries: -1}
+		rdb := openRedis(context.Background(), opts, sentinels{master: "m", addrs: []string{sentAddr}, password: pw}, 5*time.Second, slog.New(slog.DiscardHandler))
+		defer func() {
+			if err := rdb.Close(); err != nil {
+				t.Error(err)
+			}
+		}()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		return rdb.Set(ctx, "through-the-sentinel", value, 0).Err()
+	}
+	if err := write(password, "with"); err != nil {
+		t.Fatalf("with the Sentinel's password: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if got, err := master.Get(ctx, "through-the-sentinel").Result(); err != nil || got != "with" {
+		t.Fatalf("the master holds %q, %v; want the write made through the Sentinel", got, err)
+	}
+	for _, pw := range []string{"", "wrong"} {
+		if err := write(pw, "without"); err == nil {
+			t.Errorf("Sentinel password %q: the write went through, want it refused", pw)
+		}
+	}
+	if got, err := master.Get(ctx, "through-the-sentinel").Result(); err != nil || got != "with" {
+		t.Errorf("the master holds %q, %v; want only the write made with the password", got, err)
 	}
 }

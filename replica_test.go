@@ -2,12 +2,15 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"database/sql/driver"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/url"
+	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -155,19 +158,76 @@ func TestReplicaWaitsForSchema(t *testing.T) {
 		t.Fatalf("open returned before any table existed: %v", r.err)
 	}
 	// The schema reaches the replica: a primary's migration on it.
+	migrateOn(t, dsn)
+	checkOpenedReplica(t, done, "after the schema arrived")
+}
+
+// migrateOn makes the schema in dsn, as a primary's start does.
+func migrateOn(t *testing.T, dsn string) {
+	t.Helper()
 	primary, err := openPostgres(context.Background(), dsn, testPool)
 	if err != nil {
 		t.Fatalf("migrate: %v", err)
 	}
 	closeOnCleanup(t, primary)
+}
+
+// checkOpenedReplica takes what openReplicaWaiting's open returned (after
+// what the test names): no error, and a store that answers a lookup.
+func checkOpenedReplica(t *testing.T, done chan openedReplica, after string) {
+	t.Helper()
 	r := <-done
 	if r.err != nil {
-		t.Fatalf("open replica after the schema arrived: %v", r.err)
+		t.Fatalf("open replica %s: %v", after, r.err)
 	}
 	closeOnCleanup(t, r.s)
 	if _, err := r.s.Lookup(context.Background(), "nothere"); !errors.Is(err, ErrNotFound) {
 		t.Errorf("lookup on the opened replica: %v, want ErrNotFound", err)
 	}
+}
+
+// TestReplicaWaitsForDatabase: on three hosts started at once, an app
+// can reach its standby before the standby has replayed CREATE DATABASE
+// ("database \"shortener\" does not exist" made an app exit at start in
+// a rehearsal of step 27). Opening the replica waits for the database, then
+// for the schema, as it waits for a missing table.
+func TestReplicaWaitsForDatabase(t *testing.T) {
+	dsn := testDatabase(t)
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := strings.TrimPrefix(u.Path, "/")
+	admin, err := sql.Open("postgres", os.Getenv("TEST_DATABASE_URL"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if _, err := admin.Exec("DROP DATABASE IF EXISTS " + name + "_away WITH (FORCE)"); err != nil {
+			t.Errorf("drop database %s_away: %v", name, err)
+		}
+		if err := admin.Close(); err != nil {
+			t.Errorf("close admin connection: %v", err)
+		}
+	})
+	// The database is not there yet under its name: the standby has not
+	// replayed its creation.
+	if _, err := admin.Exec("ALTER DATABASE " + name + " RENAME TO " + name + "_away"); err != nil {
+		t.Fatal(err)
+	}
+	waiting, done := openReplicaWaiting(t, dsn)
+	select {
+	case <-waiting: // no database of that name: it waits
+	case r := <-done:
+		t.Fatalf("open returned before the database existed: %v", r.err)
+	}
+	if _, err := admin.Exec("ALTER DATABASE " + name + "_away RENAME TO " + name); err != nil {
+		t.Fatal(err)
+	}
+	// Then the schema (until it comes, the wait goes on: the table is
+	// missing), as a primary's migration makes it.
+	migrateOn(t, dsn)
+	checkOpenedReplica(t, done, "after the database and the schema arrived")
 }
 
 // TestReplicaWaitsWhileCut: a host brought back after a failover starts
@@ -192,14 +252,7 @@ func TestReplicaWaitsWhileCut(t *testing.T) {
 		t.Fatalf("open returned while every connection was cut: %v", r.err)
 	}
 	proxy.restore() // the replica is back
-	r := <-done
-	if r.err != nil {
-		t.Fatalf("open replica once it was back: %v", r.err)
-	}
-	closeOnCleanup(t, r.s)
-	if _, err := r.s.Lookup(context.Background(), "nothere"); !errors.Is(err, ErrNotFound) {
-		t.Errorf("lookup on the opened replica: %v, want ErrNotFound", err)
-	}
+	checkOpenedReplica(t, done, "once it was back")
 }
 
 // TestReplicaNotReady: what a replica that is not ready answers is waited
@@ -209,6 +262,7 @@ func TestReplicaNotReady(t *testing.T) {
 		err  error
 		want bool
 	}{
+		{&pq.Error{Code: "3D000"}, true}, // no database of that name yet
 		{&pq.Error{Code: "42P01"}, true}, // no links table yet
 		{&pq.Error{Code: "57P03"}, true}, // the database system is starting up
 		{&pq.Error{Code: "57P01"}, true}, // terminating connection due to administrator command

@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
 	"database/sql"
 	"database/sql/driver"
 	_ "embed"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -278,26 +280,101 @@ func (s *pgStore) prepareLookup(ctx context.Context, lookupOnly bool) (*sql.Stmt
 }
 
 // replicaNotReady says whether err is what a replica answers while it is
-// not ready yet: no links table (42P01: the schema not replayed yet), the
-// server starting up or shutting down (class 57: cannot_connect_now,
-// admin_shutdown), a connection failing (class 08), cut (EOF) or refused.
-// Anything else (a wrong password, a bad statement) is an error at once.
+// not ready yet: no database of that name (3D000: the CREATE DATABASE not
+// replayed yet, step 27), no links table (42P01: the schema not replayed
+// yet), the server starting up or shutting down (class 57:
+// cannot_connect_now, admin_shutdown), a connection failing (class 08),
+// cut (EOF) or refused. Anything else (a wrong password, a bad statement)
+// is an error at once.
 func replicaNotReady(err error) bool {
 	var pqErr *pq.Error
 	if errors.As(err, &pqErr) {
-		return pqErr.Code == "42P01" || pqErr.Code.Class() == "57" || pqErr.Code.Class() == "08"
+		return pqErr.Code == "3D000" || pqErr.Code == "42P01" ||
+			pqErr.Code.Class() == "57" || pqErr.Code.Class() == "08"
 	}
 	var opErr *net.OpError
 	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
 		errors.Is(err, driver.ErrBadConn) || errors.As(err, &opErr)
 }
 
-// migrate runs sql/schema.sql. Several copies of the app may start at once
-// (step 06), and two concurrent CREATE TABLE IF NOT EXISTS can still collide,
-// so the schema is applied under a transaction-scoped advisory lock.
+// migrate brings the database's schema to sql/schema.sql's, and does
+// nothing when it is there already.
+//
+// Every start used to run the file (steps 02 to 26). Its statements
+// change nothing the second time, but they still take their locks: an
+// ALTER TABLE ... IF NOT EXISTS queues for an exclusive lock on links
+// behind any long reader (pg_dump, a report), and every lookup and create
+// of every instance queues behind it, for as long as the reader runs
+// (issue 24, item 8: a 6 s reader made lookups time out). Now the file's
+// SHA-256 is recorded in schema_version once it is applied, and a start
+// that finds its own reads one row and takes no lock on links.
+//
+// When the schema is to change (a first start, or a new binary), it is
+// applied under a transaction-scoped advisory lock (several copies of the
+// app may start at once, and two concurrent CREATE TABLE IF NOT EXISTS
+// can still collide) with lock_timeout migrateLockWait: a migration that
+// cannot have its lock gives up at once, rather than make every lookup
+// wait behind it, and tries again, until migrateTimeout.
 func (s *pgStore) migrate(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, migrateTimeout)
 	defer cancel()
+	want := schemaSHA256()
+	if have, err := s.schemaVersion(ctx, s.db); err != nil {
+		return fmt.Errorf("store: migrate: %w", err)
+	} else if have == want {
+		return nil
+	}
+	wait := migrateLockWait
+	for attempt := 1; ; attempt++ {
+		err := s.applySchema(ctx, want)
+		var pqErr *pq.Error
+		if err == nil || !errors.As(err, &pqErr) || pqErr.Code != "55P03" { // lock_not_available
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("store: migrate: no lock within %v (%d attempts): %w", migrateTimeout, attempt, err)
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, time.Second)
+	}
+}
+
+// migrateLockWait is how long one attempt at the migration waits for a
+// lock (lock_timeout), and the first pause between attempts.
+const migrateLockWait = 100 * time.Millisecond
+
+// schemaSHA256 is sql/schema.sql's version: the hex SHA-256 of the file.
+func schemaSHA256() string {
+	sum := sha256.Sum256([]byte(schemaSQL))
+	return hex.EncodeToString(sum[:])
+}
+
+// schemaVersion is the SHA-256 recorded in schema_version, or "" when
+// there is none (a database this program never migrated, or one older
+// than step 27).
+func (s *pgStore) schemaVersion(ctx context.Context, q interface {
+	QueryRowContext(context.Context, string, ...any) *sql.Row
+}) (string, error) {
+	var exists bool
+	if err := q.QueryRowContext(ctx, `SELECT to_regclass('schema_version') IS NOT NULL`).Scan(&exists); err != nil {
+		return "", fmt.Errorf("schema version: %w", err)
+	}
+	if !exists {
+		return "", nil
+	}
+	var have string
+	switch err := q.QueryRowContext(ctx, `SELECT sha256 FROM schema_version WHERE id = 1`).Scan(&have); {
+	case errors.Is(err, sql.ErrNoRows):
+		return "", nil
+	case err != nil:
+		return "", fmt.Errorf("schema version: %w", err)
+	}
+	return have, nil
+}
+
+// applySchema runs the schema and records want, in one transaction.
+func (s *pgStore) applySchema(ctx context.Context, want string) error {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("store: migrate: %w", err)
@@ -306,8 +383,21 @@ func (s *pgStore) migrate(ctx context.Context) error {
 	if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock(7306298431)`); err != nil {
 		return fmt.Errorf("store: migrate: lock: %w", err)
 	}
+	// Another instance may have applied it while this one waited.
+	if have, err := s.schemaVersion(ctx, tx); err != nil {
+		return fmt.Errorf("store: migrate: %w", err)
+	} else if have == want {
+		return nil
+	}
+	if _, err := tx.ExecContext(ctx, fmt.Sprintf("SET LOCAL lock_timeout = %d", migrateLockWait.Milliseconds())); err != nil {
+		return fmt.Errorf("store: migrate: %w", err)
+	}
 	if _, err := tx.ExecContext(ctx, schemaSQL); err != nil {
 		return fmt.Errorf("store: migrate: %w", err)
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO schema_version (id, sha256) VALUES (1, $1)
+ON CONFLICT (id) DO UPDATE SET sha256 = excluded.sha256, applied = now()`, want); err != nil {
+		return fmt.Errorf("store: migrate: record version: %w", err)
 	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("store: migrate: commit: %w", err)
@@ -659,18 +749,36 @@ func (s *pgStore) Change(ctx context.Context, code string, tokenHash []byte, ch 
 // (takeClickSQL), or, for a HEAD (count false), only says whether it has.
 // This is a write to Postgres on the request's path, for every click of
 // such a link: the price of a limit that holds exactly.
+//
+// The click's statement does not end with the request: a deadline that
+// passed, or a client that hung up, as its row came back would leave a
+// click used up and the client told 503, then 410 on its retry (issue
+// 24, item 7). So it runs on a context of its own, given DB_TIMEOUT
+// twice over from now, and its answer counts however late it comes
+// within that: a row back is a redirect. The wait for a limited link's
+// click is bounded by 2 × DB_TIMEOUT, not DB_TIMEOUT. Only when that
+// passes too is the outcome unknown (the 503 may have used a click).
 func (s *pgStore) TakeClick(ctx context.Context, code string, count bool) (bool, error) {
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
-	defer cancel()
-	var left bool // written by the call; read only if it returned
-	err := bounded(ctx, func() error {
-		if !count {
+	if !count {
+		ctx, cancel := context.WithTimeout(ctx, s.timeout)
+		defer cancel()
+		var left bool // written by the call; read only if it returned
+		err := bounded(ctx, func() error {
 			return s.db.QueryRowContext(ctx, clickLeftSQL, code).Scan(&left)
+		})
+		if errors.Is(err, sql.ErrNoRows) {
+			return false, nil
 		}
-		var clicks int64
-		err := s.db.QueryRowContext(ctx, takeClickSQL, code).Scan(&clicks)
-		left = err == nil
-		return err
+		if err != nil {
+			return false, fmt.Errorf("store: click left %q: %w", code, deadline(ctx, err))
+		}
+		return left, nil
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*s.timeout)
+	defer cancel()
+	var clicks int64 // written by the call; read only if it returned
+	err := bounded(ctx, func() error {
+		return s.db.QueryRowContext(ctx, takeClickSQL, code).Scan(&clicks)
 	})
 	if errors.Is(err, sql.ErrNoRows) {
 		return false, nil
@@ -678,7 +786,7 @@ func (s *pgStore) TakeClick(ctx context.Context, code string, count bool) (bool,
 	if err != nil {
 		return false, fmt.Errorf("store: take click %q: %w", code, deadline(ctx, err))
 	}
-	return left, nil
+	return true, nil
 }
 
 // AddClicks sums codes per code and adds the sums in one statement. The

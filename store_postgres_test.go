@@ -327,3 +327,83 @@ func TestPoolSettingsApply(t *testing.T) {
 		t.Errorf("MaxOpenConnections = %d, want 3", got)
 	}
 }
+
+// TestRestartTakesNoLockOnLinks: an instance that starts while a long
+// reader holds links (pg_dump, a report) opens at once, and the other
+// instances' lookups keep answering. On step 26's code the restart's
+// migration queued for an exclusive lock behind the reader, and every
+// lookup queued behind it (issue 24, item 8). A schema that must change
+// is still applied, and recorded.
+func TestRestartTakesNoLockOnLinks(t *testing.T) {
+	dsn := testDatabase(t)
+	ctx := context.Background()
+	running, err := openPostgres(ctx, dsn, testPool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	closeOnCleanup(t, running)
+	if err := running.Save(ctx, "lock001", NewLink{URL: "https://go.dev/"}); err != nil {
+		t.Fatal(err)
+	}
+	// The long reader: an open transaction that has read links holds
+	// its ACCESS SHARE lock until it ends.
+	reader, err := running.db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reader.Rollback() //nolint:errcheck // the reader only read
+	var n int
+	if err := reader.QueryRowContext(ctx, "SELECT count(*) FROM links").Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	opened := make(chan error, 1)
+	go func() {
+		s, err := openPostgres(ctx, dsn, testPool) // the restart
+		if err == nil {
+			err = s.Close()
+		}
+		opened <- err
+	}()
+	// Either it opens, or its migration is seen waiting for a lock on links.
+	waiting := `SELECT EXISTS (SELECT 1 FROM pg_locks l JOIN pg_class c ON c.oid = l.relation
+WHERE c.relname = 'links' AND NOT l.granted)`
+	for done := false; !done; {
+		select {
+		case err := <-opened:
+			if err != nil {
+				t.Fatalf("restart: %v", err)
+			}
+			done = true
+		default:
+			var w bool
+			if err := running.db.QueryRowContext(ctx, waiting).Scan(&w); err != nil {
+				t.Fatal(err)
+			}
+			if w {
+				t.Fatal("the restart's migration waits for a lock on links behind the reader; lookups queue behind it")
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	lctx, cancel := context.WithTimeout(ctx, defaultDBTimeout)
+	defer cancel()
+	if _, err := running.Lookup(lctx, "lock001"); err != nil {
+		t.Errorf("lookup on the running instance while the reader holds links: %v", err)
+	}
+	if err := reader.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+
+	// A schema to change (as a new binary brings) is applied and recorded.
+	if _, err := running.db.ExecContext(ctx, "UPDATE schema_version SET sha256 = 'older'"); err != nil {
+		t.Fatal(err)
+	}
+	again, err := openPostgres(ctx, dsn, testPool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	closeOnCleanup(t, again)
+	if have, err := again.schemaVersion(ctx, again.db); err != nil || have != schemaSHA256() {
+		t.Errorf("schema version after an upgrade = %q, %v; want %q", have, err, schemaSHA256())
+	}
+}

@@ -122,7 +122,7 @@ func forEachStore(t *testing.T, fn func(t *testing.T, store Store)) {
 	t.Run("postgres+redis, coalesced", func(t *testing.T) {
 		opts, prefix := testRedis(t)
 		c, _ := newTestCache(t, openTestStore(t), opts, prefix, discardLog)
-		fn(t, newFlightStore(c, noCount{}))
+		fn(t, newFlightStore(c, noCount{}, nil))
 	})
 	t.Run("postgres+redis", func(t *testing.T) {
 		opts, prefix := testRedis(t)
@@ -134,7 +134,7 @@ func forEachStore(t *testing.T, fn func(t *testing.T, store Store)) {
 		// before the test begins.
 		pg := openTestStore(t)
 		neg := newNegCache(pg, 1000, defaultNegCacheTTL, true, noCount{})
-		tb := &testBloom{bloomStore: newBloomStore(newFlightStore(neg, noCount{}), pg.db, defaultBloomFPRate, true, noSweep,
+		tb := &testBloom{bloomStore: newBloomStore(newFlightStore(neg, noCount{}, nil), pg.db, defaultBloomFPRate, true, noSweep,
 			(*metrics)(nil).bloomCounts(), discardLog)}
 		tb.start(t)
 		waitTrusted(t, tb.bloomStore, true)
@@ -144,7 +144,7 @@ func forEachStore(t *testing.T, fn func(t *testing.T, store Store)) {
 	t.Run("postgres+redis+local", func(t *testing.T) {
 		opts, prefix := testRedis(t)
 		c, _ := newTestCache(t, openTestStore(t), opts, prefix, discardLog)
-		l, err := newLocalCache(c, minLocalCacheBytes, defaultLocalCacheTTL, (*metrics)(nil).cacheResults("local"))
+		l, err := newLocalCache(c, minLocalCacheBytes, defaultLocalCacheTTL, (*metrics)(nil).cacheResults("local"), nil)
 		if err != nil {
 			t.Fatal(err)
 		}

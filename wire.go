@@ -94,10 +94,14 @@ func buildLayers(ctx context.Context, cfg config, store Store, pg *pgStore, rdb 
 		store = neg
 		log.Info("negative cache enabled", "size", cfg.negCacheSize, "ttl", cfg.negCacheTTL)
 	}
+	// The generation of changes the flight and the local cache share: a
+	// lookup begun after a change never joins a flight begun before it
+	// (flight.go).
+	gen := new(changes)
 	if _, inMemory := store.(*memoryStore); !inMemory {
 		// Under the local cache, which answers a hot link without it;
 		// over Redis and Postgres, whose calls it saves (flight.go).
-		store = newFlightStore(store, m.coalescedCounter())
+		store = newFlightStore(store, m.coalescedCounter(), gen)
 	}
 	var bf *bloomStore
 	if pg != nil && cfg.bloom {
@@ -138,8 +142,9 @@ func buildLayers(ctx context.Context, cfg config, store Store, pg *pgStore, rdb 
 	// reach: each drops a code, or purges all. (The negative cache holds
 	// only codes Postgres did not have, which an edit cannot be about;
 	// it forgets the code all the same, as it does for a create.)
-	var drops []func(code string)
-	var purges []func()
+	// The flight hears of them too, with or without a local cache.
+	drops := []func(code string){func(string) { gen.bump() }}
+	purges := []func(){gen.bump}
 	if neg != nil {
 		drops = append(drops, neg.forget)
 	}
@@ -150,7 +155,7 @@ func buildLayers(ctx context.Context, cfg config, store Store, pg *pgStore, rdb 
 		if size == localCacheAuto {
 			size, sizedBy = localCacheDefault(processMemory(debug.SetMemoryLimit(-1), os.ReadFile))
 		}
-		local, err := newLocalCache(store, size, cfg.localCacheTTL, m.cacheResults("local"))
+		local, err := newLocalCache(store, size, cfg.localCacheTTL, m.cacheResults("local"), gen)
 		if err != nil {
 			return nil, err
 		}

@@ -355,12 +355,30 @@ streaming_standbys() {
 		"select count(*) from pg_stat_replication where state = 'streaming'" 2>/dev/null
 }
 
-# wait_haproxy hN: until the host's HAProxy reaches the primary and a
-# standby. It counts a server in after two checks a second apart, and the
-# app does not start while either is out of reach.
+# wait_haproxy hN: until the host's HAProxy sends every connection on
+# :5000 to the primary and every one on :5001 to a standby. At its start
+# HAProxy counts each server up until its own checks say otherwise (its
+# init-state option, which changes that, came in 3.1; Debian 12 has 2.6),
+# so for a second or two :5000 hands some connections to a standby, and
+# one 'select 1' that answers proves nothing: CI's 'create database' once
+# reached a standby that way ("cannot execute CREATE DATABASE in a
+# read-only transaction"). Six connections in a row (two rounds of the
+# three servers) must each reach the right kind of server.
 wait_haproxy() {
-	wait_for "HAProxy to the primary in $1" 60 inns "$1" psql -h 127.0.0.1 -p 5000 -U postgres -c 'select 1'
-	wait_for "HAProxy to a standby in $1" 60 inns "$1" psql -h 127.0.0.1 -p 5001 -U postgres -c 'select 1'
+	wait_for "HAProxy to the primary alone in $1" 60 haproxy_sends "$1" 5000 f
+	wait_for "HAProxy to standbys alone in $1" 60 haproxy_sends "$1" 5001 t
+}
+
+# haproxy_sends hN PORT IN_RECOVERY [DB]: six connections in a row through
+# the host's HAProxy on PORT, to database DB (postgres), each reach a
+# server whose pg_is_in_recovery() is IN_RECOVERY (f: the primary, t: a
+# standby).
+haproxy_sends() {
+	local h=$1 port=$2 want=$3 db=${4:-postgres} i got
+	for i in 1 2 3 4 5 6; do
+		got=$(inns "$h" psql -h 127.0.0.1 -p "$port" -U postgres -d "$db" -Atc 'select pg_is_in_recovery()') || return 1
+		[[ $got == "$want" ]] || return 1
+	done
 }
 
 two_standbys() { [[ $(streaming_standbys) == 2 ]]; }
@@ -400,10 +418,14 @@ cmd_up() {
 		write_haproxy "$h"
 		start haproxy "$h" haproxy -db -f "$dir/$h/haproxy.cfg"
 	done
-	# HAProxy counts a server in after two checks: wait until each host's
-	# reaches the primary and a standby.
+	# Wait until each host's HAProxy sends :5000 to the primary alone and
+	# :5001 to standbys alone.
 	for h in "${hosts[@]}"; do wait_haproxy "$h"; done
 	inns h1 psql -h 127.0.0.1 -p 5000 -U postgres -qc 'create database shortener' >/dev/null
+	# The app opens it on a standby too (DATABASE_REPLICA_URL) and stops
+	# if it is not there: a standby replays the create a moment later
+	# (once, in CI, too late: 'database "shortener" does not exist').
+	for h in "${hosts[@]}"; do wait_for "the database on the standbys, through $h's HAProxy" 60 haproxy_sends "$h" 5001 t shortener; done
 	say "Redis and Sentinel"
 	start_redis h1
 	start_redis h2 "$(ip_of h1)"

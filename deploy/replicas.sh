@@ -367,6 +367,7 @@ start_prometheus() {
 	local n=$1 port=$2 i sep='' pid
 	mkdir -p "$prom_dir"
 	cp deploy/prometheus.yml "$prom_dir/prometheus.yml"
+	cp deploy/alerts.yml "$prom_dir/alerts.yml"
 	{
 		printf '[{"labels": {"deployment": "replicas"}, "targets": ['
 		for i in $(seq 1 "$n"); do

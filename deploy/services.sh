@@ -332,6 +332,7 @@ up_prometheus() {
 	port_free "$prom_port" prometheus PROMETHEUS_PORT
 	mkdir -p "$prom_dir"
 	cp deploy/prometheus.yml "$prom_dir/prometheus.yml"
+	cp deploy/alerts.yml "$prom_dir/alerts.yml"
 	printf '[{"labels": {"deployment": "services"}, "targets": ["%s"]}]\n' "$target" >"$prom_dir/targets.json"
 	# nohup: closing the terminal that ran up must not stop it.
 	nohup "$prom_bin" --config.file="$prom_dir/prometheus.yml" --storage.tsdb.path="$prom_dir/data" \

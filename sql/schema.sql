@@ -118,3 +118,14 @@ CREATE TABLE IF NOT EXISTS redis_keys (
     id  integer PRIMARY KEY CHECK (id = 1),
     key bytea   NOT NULL CHECK (length(key) = 32)
 );
+
+-- Step 27: the version of this file last applied, as its SHA-256. An
+-- instance that starts with the same file finds it here and runs no DDL:
+-- until step 27 every start ran this file, and its ALTER TABLEs queued for
+-- an exclusive lock on links behind any long reader (pg_dump, a report),
+-- with every lookup and create queued behind them (docs/27).
+CREATE TABLE IF NOT EXISTS schema_version (
+    id      integer     PRIMARY KEY CHECK (id = 1),
+    sha256  text        NOT NULL,
+    applied timestamptz NOT NULL DEFAULT now()
+);

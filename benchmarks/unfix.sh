@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# unfix.sh: each of step 27's fixes undone, one at a time, and the test
+# written for it run against the result: a test that passes with its fix
+# undone proves nothing. For each: a copy of the committed tree (git
+# worktree, detached at HEAD), one substitution that puts back step 26's
+# behaviour (perl, printed below with its test), the test run once, its
+# verdict and failure lines. The working tree is never touched. The last
+# line is not a fix: it stops every instance from dropping what other
+# instances' changes tell it, and the history checker
+# (TestHistoryUnderFaults) must refuse what follows.
+#
+#   benchmarks/unfix.sh [-o FILE] [NAME ...]
+#
+# NAME picks fixes by name (default: all). Environment: TEST_DATABASE_URL
+# and TEST_REDIS_URL, as for go test (deploy/services.sh env prints them);
+# nginx on the PATH or in /usr/sbin. About 4 minutes: the nginx one sends
+# its slow body to the end (100 s), two wait for their bound (30 s).
+set -euo pipefail
+out=''
+while getopts o: opt; do
+	case $opt in o) out=$OPTARG ;; *) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;; esac
+done
+shift $((OPTIND - 1))
+: "${TEST_DATABASE_URL:?unfix.sh: set TEST_DATABASE_URL (deploy/services.sh env prints it)}"
+: "${TEST_REDIS_URL:?unfix.sh: set TEST_REDIS_URL (deploy/services.sh env prints it)}"
+repo=$(git rev-parse --show-toplevel)
+. "$repo/benchmarks/lib.sh" # machine_line
+work=$(mktemp -d)
+trap 'git -C "$repo" worktree remove --force "$work/tree" >/dev/null 2>&1 || true; rm -rf "$work"' EXIT
+git -C "$repo" worktree add --detach "$work/tree" HEAD >/dev/null
+
+# name|file|perl substitution (-0777: the whole file at once)|test
+fixes='
+flight|flight.go|s/f\.group\.DoChan\(flightKey\(code, f\.changes\.load\(\)\), /f.group.DoChan(code, /|TestFlightAfterDrop
+unclear|invalidate.go|s/(func changeMayHaveLanded\(err error\) bool \{\n)/$1\treturn err == nil\n/|TestUnclearChangeIsReread
+lateclick|store_postgres.go|s/context\.WithTimeout\(context\.WithoutCancel\(ctx\), 2\*s\.timeout\)/context.WithTimeout(ctx, s.timeout)/|TestLateClickCounts
+hangup|errors.go|s/return statusClientClosed, "client closed request", 0/return http.StatusServiceUnavailable, "request cancelled", 0/|TestClientHangUpIs499
+jsonkeys|jsonbody.go|s/(func checkJSONKeys\(raw \[\]byte, fields \[\]string\) error \{\n)/$1\treturn nil\n/|TestJSONKeysReadOneWay
+proxies|clientip.go|s/(func tooWide\(p netip\.Prefix\) bool \{\n)/$1\treturn false\n/|TestTrustedProxiesNotWide
+slowbody|deploy/nginx.conf|s/\n    proxy_request_buffering off;//|TestNginxSlowBodyEnds
+dropped|redis.go|s/\n\t\tsubscribers\.lost\(ctx\)//|TestSubscriberHearsDrops
+retry|invalidate.go|s/case s\.retryNow <- struct\{\}\{\}:\n\t\tdefault: \/\/ one is asked for already\n/default:\n\t\t\tif s.retry != nil {\n\t\t\t\ts.retry(ctx)\n\t\t\t}\n/|TestSubscriberDropsWhileRetrying
+migrate|store_postgres.go|s/have == want/have == "never"/g; s/SET LOCAL lock_timeout = %d/SET LOCAL application_name = %d/|TestRestartTakesNoLockOnLinks
+sentinelpw|redis.go|s/\n\t\tSentinelPassword: +sent\.password,//|TestRedisSentinelWithItsOwnPassword
+sweep0|config.go|s/if cfg\.bloomSweep == 0 && cfg\.bloom/if false \&\& cfg.bloom/|TestLoadConfigRefusalsNameTheirVariable
+pendingread|cache.go|s/\tif c\.isPending\(code\) \{/\tif false \&\& c.isPending(code) {/|TestChangeWhileRedisDown
+replicadb|store_postgres.go|s/pqErr\.Code == "3D000" \x7c\x7c //|TestReplicaWaitsForDatabase
+nodrops|invalidate.go|s/for _, d := range s\.drop \{\n\t\t\td\(msg\.Payload\)\n\t\t\}/_ = s.drop/|TestHistoryUnderFaults
+'
+{
+	echo "# step 27's fixes undone one at a time, each with the test written for it"
+	echo "# made by:   benchmarks/unfix.sh $*; commit $(git -C "$repo" rev-parse --short=12 HEAD), date $(date -u '+%Y-%m-%dT%H:%M:%SZ')"
+	echo "# machine:   $(machine_line)"
+	echo "# software:  $(go version | cut -d' ' -f3-)"
+	echo "# each:      a worktree of HEAD, one perl substitution undoing the fix (shown), go test -count=1 -run '^TEST\$' ."
+	echo "#            'FAIL' is what a test must say with its fix undone; 'ok' would mean it cannot tell"
+	echo "#            the last, nodrops, undoes no fix: every instance ignores the invalidations it hears, and the history checker must refuse the run"
+	echo "#"
+	failed=0
+	while IFS='|' read -r name file subst test; do
+		[ -n "$name" ] || continue
+		if [ $# -gt 0 ]; then
+			case " $* " in *" $name "*) ;; *) continue ;; esac
+		fi
+		git -C "$work/tree" checkout -q -- .
+		before=$(md5sum <"$work/tree/$file")
+		perl -0777 -pi -e "$subst" "$work/tree/$file"
+		if [ "$(md5sum <"$work/tree/$file")" = "$before" ]; then
+			echo "== $name: the substitution changed nothing in $file: the script is out of date"
+			failed=1
+			continue
+		fi
+		echo "== $name: $file, undone with perl -0777 -pe '$subst'; test $test"
+		log=$work/$name.log
+		start=$(date +%s)
+		if (cd "$work/tree" && go test -count=1 -run "^$test\$" . >"$log" 2>&1); then
+			echo "   ok after $(($(date +%s) - start)) s: the test passed with its fix undone"
+			failed=1
+		else
+			echo "   FAIL after $(($(date +%s) - start)) s; what it said:"
+			grep -E '_test\.go:[0-9]+:|^--- FAIL|\[build failed\]|cannot|undefined' "$log" | head -8 | sed 's/^/     /'
+			if grep -q '\[build failed\]\|undefined' "$log"; then
+				echo "   (a build failure: the substitution broke the code, not the behaviour)"
+				failed=1
+			fi
+		fi
+	done <<<"$fixes"
+	echo "#"
+	if [ $failed = 0 ]; then echo "# every test failed with its fix undone"; else echo "# NOT every test failed with its fix undone: see above"; fi
+	[ $failed = 0 ]
+} | if [ -n "$out" ]; then tee "$out"; else cat; fi
