@@ -2,6 +2,7 @@ package main
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"sort"
@@ -141,5 +142,38 @@ func TestDocLinksResolve(t *testing.T) {
 	}
 	if checked < 100 {
 		t.Errorf("checked %d links; expected hundreds (did the pattern stop matching?)", checked)
+	}
+}
+
+// TestCIScriptsLoad checks what bash -n cannot: that .ci/lib.sh, sourced as
+// .ci/run sources it, prints nothing and fails nothing, and that every known
+// erratum it lists reads as "steps|Test|why". Step 28's first submission
+// failed CI after one second on an apostrophe that ended the list's string.
+func TestCIScriptsLoad(t *testing.T) {
+	for _, f := range []string{".ci/run", ".ci/job", ".ci/tryit", ".ci/quickstart", ".ci/lib.sh"} {
+		if out, err := exec.Command("bash", "-n", f).CombinedOutput(); err != nil {
+			t.Errorf("bash -n %s: %v\n%s", f, err, out)
+		}
+	}
+	cmd := exec.Command("bash", "-c", `set -euo pipefail; . .ci/lib.sh; printf '%s\n' "$known_flakes"`)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil || stderr.Len() > 0 {
+		t.Fatalf("sourcing .ci/lib.sh: %v\n%s", err, stderr.String())
+	}
+	entry := regexp.MustCompile(`^([0-9][0-9] )*[0-9][0-9]\|Test[A-Za-z0-9_]+\|[^|]+$`)
+	n := 0
+	for _, line := range strings.Split(string(out), "\n") {
+		if line == "" {
+			continue
+		}
+		n++
+		if !entry.MatchString(line) {
+			t.Errorf("known_flakes entry %q is not \"NN NN|TestName|why\"", line)
+		}
+	}
+	if n == 0 {
+		t.Error("known_flakes is empty: the list did not load")
 	}
 }

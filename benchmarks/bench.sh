@@ -9,6 +9,9 @@
 #   BASE          the service, default http://127.0.0.1:8080
 #   -n RUNS       measured runs (default 5)
 #   -d DURATION   length of each run, hey -z (default 10s)
+#   -N REQUESTS   instead: each run sends this many requests, hey -n, and
+#                 takes as long as they take (a check that the command
+#                 works, on a machine of any speed or load: docs/28)
 #   -c CONC       concurrency, hey -c (default 50)
 #   -w WARMUP     warm-up run before measuring, discarded (default 3s; 0 = none)
 #   -k CODE       redirect: the code to hit (default: create a link first)
@@ -23,11 +26,11 @@
 # it is recorded on Linux only.
 set -eu
 
-runs=5 dur=10s conc=50 warm=3s code='' pid='' out='' label=''
+runs=5 dur=10s conc=50 warm=3s code='' pid='' out='' label='' reqs=''
 usage() { sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
-while getopts n:d:c:w:k:p:o:l:h opt; do
+while getopts n:d:N:c:w:k:p:o:l:h opt; do
 	case $opt in
-	n) runs=$OPTARG ;; d) dur=$OPTARG ;; c) conc=$OPTARG ;; w) warm=$OPTARG ;;
+	n) runs=$OPTARG ;; d) dur=$OPTARG ;; N) reqs=$OPTARG ;; c) conc=$OPTARG ;; w) warm=$OPTARG ;;
 	k) code=$OPTARG ;; p) pid=$OPTARG ;; o) out=$OPTARG ;; l) label=$OPTARG ;;
 	*) usage ;;
 	esac
@@ -38,7 +41,9 @@ what=$1
 base=${2:-http://127.0.0.1:8080}
 base=${base%/}
 hey=${HEY:-hey}
-invocation="benchmarks/bench.sh -n $runs -d $dur -c $conc -w $warm${code:+ -k $code}${label:+ -l '$label'} $what $base"
+# length: hey's flag for one run's length, a duration or a number of requests
+if [ -n "$reqs" ]; then length="-n $reqs" lenflag="-N $reqs" dur="$reqs requests"; else length="-z $dur" lenflag="-d $dur"; fi
+invocation="benchmarks/bench.sh -n $runs $lenflag -c $conc -w $warm${code:+ -k $code}${label:+ -l '$label'} $what $base"
 
 command -v "$hey" >/dev/null 2>&1 || { echo "bench: $hey not found; go install github.com/rakyll/hey@v0.1.5" >&2; exit 1; }
 command -v curl >/dev/null 2>&1 || { echo "bench: curl not found" >&2; exit 1; }
@@ -127,7 +132,11 @@ before=$(snapshot "$tmp/times.before")
 start=$(date +%s)
 i=1
 while [ "$i" -le "$runs" ]; do
-	"$hey" -z "$dur" -c "$conc" -disable-redirects "$@" "$target" >"$tmp/run$i" 2>&1
+	# shellcheck disable=SC2086 # length is a flag and its value
+	"$hey" $length -c "$conc" -disable-redirects "$@" "$target" >"$tmp/run$i" 2>&1
+	# A run that no request finished prints no latencies: say so here,
+	# not as an unset parameter in the summary.
+	grep -q '^ *99%' "$tmp/run$i" || { echo "bench: run $i: no request answered (hey's output follows)" >&2; cat "$tmp/run$i" >&2; exit 1; }
 	i=$((i + 1))
 done
 end=$(date +%s)
@@ -140,7 +149,7 @@ stat() { # median, min, max of the numbers on stdin
 		m = (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
 		printf "%s %s %s\n", m, v[1], v[NR] }'
 }
-heyq="$(command -v "$hey" | sed 's/.*\///') -z $dur -c $conc -disable-redirects"
+heyq="$(command -v "$hey" | sed 's/.*\///') $length -c $conc -disable-redirects"
 [ "$what" = create ] && heyq="$heyq -m POST -T application/json -d '$body'"
 {
 	echo "# benchmark: $what${label:+ ($label)}"

@@ -10,8 +10,9 @@
 #
 #   benchmarks/table.sh [-q] [-o DIR] [-n RUNS] [-d DURATION] [-c CONC] [-r ROWS]
 #
-#   -q      quick: 1 run of 1s at concurrency 10, no warm-up, 10,000 rows
-#           (checks that the command works; the figures mean little)
+#   -q      quick: 1 run of 1,000 requests at concurrency 10, no warm-up,
+#           10,000 rows (checks that the command works, on a machine of any
+#           speed or load; the figures mean little)
 #   -o DIR  keep the outputs in DIR (default: a temporary directory, removed
 #           at the end); the table names DIR relative to the repository
 #   -n, -d, -c   runs, duration, concurrency (default 5, 10s, 50)
@@ -25,14 +26,16 @@
 # and redis-cli from step 05 on). POSIX sh: Linux and macOS.
 set -eu
 
-runs=5 dur=10s conc=50 warm=3s rows=500000 out=''
+runs=5 dur=10s conc=50 warm=3s rows=500000 out='' reqs=''
 while getopts qo:n:d:c:r: opt; do
 	case $opt in
-	q) runs=1 dur=1s conc=10 warm=0 rows=10000 ;;
+	q) runs=1 reqs=1000 conc=10 warm=0 rows=10000 ;;
 	o) out=$OPTARG ;; n) runs=$OPTARG ;; d) dur=$OPTARG ;; c) conc=$OPTARG ;; r) rows=$OPTARG ;;
 	*) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
 	esac
 done
+# lenflag: bench.sh's flag for one run's length, requests or a duration
+if [ -n "$reqs" ]; then lenflag="-N $reqs" dur="$reqs requests"; else lenflag="-d $dur"; fi
 admin=${ADMIN_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable}
 repo=$(git rev-parse --show-toplevel)
 bench="$repo/benchmarks/bench.sh"
@@ -106,7 +109,7 @@ while read -r hash subject <&3; do
 	step_app "$tmp/shortener-$nn" "$out/$nn-server.log"
 	port=$app_port
 	for what in healthz redirect create; do
-		(cd "$tree" && DATABASE_URL=$dburl REDIS_URL=$redisurl sh "$bench" -n "$runs" -d "$dur" -c "$conc" -w "$warm" -p "$app_pid" \
+		(cd "$tree" && DATABASE_URL=$dburl REDIS_URL=$redisurl sh "$bench" -n "$runs" $lenflag -c "$conc" -w "$warm" -p "$app_pid" \
 			${code:+-k "$code"} -l "step $nn, by benchmarks/table.sh" -o "$out/$nn-$what.txt" \
 			"$what" "http://127.0.0.1:$port")
 	done
