@@ -70,6 +70,9 @@ type codeFeed struct {
 	// answers, so that an instance whose feed stayed up hears of them.
 	mu     sync.Mutex
 	unsent []string
+	// republishNow asks sendLoop to publish unsent at once (a confirmed
+	// subscription), not at its next tick.
+	republishNow chan struct{}
 }
 
 // The feed's timing: a PING every second on the subscription's connection,
@@ -113,6 +116,8 @@ func newCodeFeed(rdb *guardedRedis, auth *redisAuth, prefix string, ackTimeout t
 		waiters: ackWaiters{m: make(map[string]*ackWait)},
 		outbox:  make(chan feedAck, 4096),
 		pubq:    make(chan *pubReq, 4096),
+
+		republishNow: make(chan struct{}, 1),
 	}
 }
 
@@ -370,7 +375,10 @@ func (f *codeFeed) session(ctx context.Context) (healthy bool, err error) {
 				healthy, last = true, time.Now()
 				f.log.Info("code feed: subscribed", "channel", f.codes, "instance", f.id)
 				f.up()
-				f.republish()
+				select { // sendLoop publishes them: this loop must not wait on Redis
+				case f.republishNow <- struct{}{}:
+				default: // asked already
+				}
 			}
 		case *redis.Pong:
 			if healthy {
@@ -516,7 +524,9 @@ func (f *codeFeed) sendLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			f.republish()
+			f.republish(ctx)
+		case <-f.republishNow:
+			f.republish(ctx)
 		case a := <-f.outbox:
 			batch = collect(batch[:0], f.outbox, a, cap(batch))
 			pctx, cancel := context.WithTimeout(ctx, f.rdb.timeout)
@@ -536,8 +546,15 @@ func (f *codeFeed) sendLoop(ctx context.Context) {
 }
 
 // republish publishes again the codes whose PUBLISH failed, with no wait
-// for acknowledgements: their creates have been answered.
-func (f *codeFeed) republish() {
+// for acknowledgements: their creates have been answered. No request
+// waits on it, so it waits for Redis as a change's retry does
+// (pendingTellTimeout), not REDIS_TIMEOUT. Until step 29 it had 50 ms:
+// while Redis answered later than that, no new connection got through its
+// handshake, nothing was published, and the links created meanwhile
+// answered 404 on the other instances until Redis was quick again (8 s
+// in the history checker's slowed span: docs/29). It runs on sendLoop's
+// goroutine, whose acknowledgements would wait on the same slow Redis.
+func (f *codeFeed) republish(ctx context.Context) {
 	f.mu.Lock()
 	codes := f.unsent
 	f.unsent = nil
@@ -545,9 +562,9 @@ func (f *codeFeed) republish() {
 	if len(codes) == 0 {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), f.rdb.timeout+time.Duration(len(codes))*time.Microsecond)
+	ctx, cancel := context.WithTimeout(ctx, pendingTellTimeout+time.Duration(len(codes))*time.Microsecond)
 	defer cancel()
-	_, err := f.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+	_, err := f.rdb.WithTimeout(pendingTellTimeout).Pipelined(ctx, func(p redis.Pipeliner) error {
 		for _, c := range codes {
 			p.Publish(ctx, f.codes, f.announcement(c))
 		}

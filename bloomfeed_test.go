@@ -313,6 +313,42 @@ func TestFeedPublishFails(t *testing.T) {
 	}
 }
 
+// TestFeedRepublishOutwaitsASlowRedis: while Redis answers later than
+// REDIS_TIMEOUT, a create's PUBLISH fails (no new connection gets through
+// its handshake in time), and the code is published again, patiently, by
+// the feed's own loop: every instance hears of it while Redis is still
+// slow. Until step 29 the republish waited REDIS_TIMEOUT too, and the
+// code stayed unsent until Redis was quick again (docs/29).
+func TestFeedRepublishOutwaitsASlowRedis(t *testing.T) {
+	opts, prefix := testRedis(t)
+	proxy := startProxy(t, opts.Addr)
+	o := *opts
+	o.Addr = proxy.addr()
+	f := newTestFeed(t, openTestRedis(t, &o, 100*time.Millisecond, discardLog), prefix, 30*time.Second)
+	waitTrusted(t, f.tb.bloomStore, true)
+	ps := subscribe(t, lookInto(t, opts), prefix+"codes") // straight to Redis
+	proxy.slow(60 * time.Millisecond)                     // every answer 120 ms or more after its call
+	proxy.drop()                                          // and no connection made before it
+	code := newCode()
+	f.announce(context.Background(), code)
+	if got := testutil.ToFloat64(f.tb.m.bloom.publishFailures); got != 1 {
+		t.Fatalf("publish failures = %v, want 1: the PUBLISH should fail with Redis slow", got)
+	}
+	// Only a republish can bring it: the failed PUBLISH never left (its
+	// connection's handshake timed out first).
+	msg, err := ps.ReceiveTimeout(context.Background(), 30*time.Second)
+	if err != nil {
+		t.Fatalf("no announcement within 30 s, Redis still slow: %v", err)
+	}
+	m, ok := msg.(*redis.Message)
+	if !ok {
+		t.Fatalf("received %T, want an announcement", msg)
+	}
+	if got, _, _ := f.parseAnnouncement(m.Payload); got != code {
+		t.Errorf("published: %q, want the code %s", m.Payload, code)
+	}
+}
+
 // TestFeedIgnoresBadMessages: what comes from Redis is input. Messages
 // that are not what an instance sends, on either channel, are counted and
 // change nothing; a good one after them is handled.

@@ -267,6 +267,12 @@ func valueID(v string) string {
 // the caller read and refused, or ""). Otherwise (a fill from a replica,
 // which may lag) the script's version check has the last word.
 func (c *cachedStore) set(ctx context.Context, code string, t Target, publish bool, refused string, authoritative bool) error {
+	return c.setOn(ctx, c.rdb, code, t, publish, refused, authoritative)
+}
+
+// setOn is set through rdb: c.rdb, or a copy of it that waits longer
+// (retryPending's).
+func (c *cachedStore) setOn(ctx context.Context, rdb redis.Cmdable, code string, t Target, publish bool, refused string, authoritative bool) error {
 	channel := ""
 	if publish {
 		channel = c.channel
@@ -275,13 +281,13 @@ func (c *cachedStore) set(ctx context.Context, code string, t Target, publish bo
 	v := c.auth.seal(key, formatCacheValue(t), time.Now().Add(c.ttl))
 	limit := strconv.Itoa(maxSealedLen)
 	for range maxSetTries {
-		stored, err := cacheSetScript.Run(ctx, c.rdb, []string{key},
+		stored, err := cacheSetScript.Run(ctx, rdb, []string{key},
 			v, t.Version, c.ttl.Milliseconds(), channel, code, refused, limit).Int()
 		if err != nil || stored == 1 || !authoritative {
 			return err
 		}
 		channel = "" // published already
-		cur, err := c.rdb.GetRange(ctx, key, 0, int64(maxSealedLen)).Result()
+		cur, err := rdb.GetRange(ctx, key, 0, int64(maxSealedLen)).Result()
 		if err != nil {
 			return err
 		}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -22,6 +23,20 @@ const invalidationChannel = "changes"
 // left them stale past the history checker's 1.5 s. A retry with nothing
 // pending costs an atomic load.
 const pendingRetryEvery = 250 * time.Millisecond
+
+// pendingTellTimeout is how long a retry of a change waits for Redis: far
+// longer than REDIS_TIMEOUT, which bounds what a request waits, since no
+// request waits on a retry. Until step 29 a retry had REDIS_TIMEOUT and
+// asked the breaker first, so while Redis answered in more than 50 ms, or
+// the breaker stayed open, no retry got through and the other instances
+// served the link as it was, for 5 to 7 s in one CI run (docs/29). Now a
+// change reaches them within pendingRetryEvery + 2 × pendingTellTimeout
+// (4.25 s) of Redis beginning to answer every call within
+// pendingTellTimeout: a retry under way then may still fail, and the
+// next one gets through (docs/operations.md). That is with up to
+// tellsAtOnce codes waiting; each further tellsAtOnce may add a
+// pendingTellTimeout when every answer takes nearly that long.
+const pendingTellTimeout = 2 * time.Second
 
 // subscriber keeps this process's caches in step with edits made on any
 // instance. Every instance subscribes to one Redis channel; an edit on
@@ -272,7 +287,9 @@ func changeMayHaveLanded(err error) bool {
 	}
 }
 
-// tell writes t to Redis and publishes code, or keeps code for later.
+// tell writes t to Redis and publishes code, or keeps code for later,
+// within REDIS_TIMEOUT and only if the breaker lets it: a request waits
+// on it.
 func (c *cachedStore) tell(ctx context.Context, code string, t Target) bool {
 	ok, at := c.rdb.breaker.allow()
 	if !ok {
@@ -284,6 +301,22 @@ func (c *cachedStore) tell(ctx context.Context, code string, t Target) bool {
 	defer cancel()
 	err := c.set(cctx, code, t, true, "", true) // t is the primary's
 	c.rdb.breaker.done(at, err)
+	return c.afterTell(ctx, code, err)
+}
+
+// tellPatiently is tell for retryPending, which no request waits on:
+// through patient (c.rdb waiting pendingTellTimeout), whatever the
+// breaker says, and without telling the breaker: an answer in a second
+// says nothing of whether Redis answers a request in time.
+func (c *cachedStore) tellPatiently(ctx context.Context, patient redis.Cmdable, code string, t Target) bool {
+	cctx, cancel := context.WithTimeout(ctx, pendingTellTimeout)
+	defer cancel()
+	return c.afterTell(ctx, code, c.setOn(cctx, patient, code, t, true, "", true))
+}
+
+// afterTell counts a tell's outcome, and keeps code for later if err says it
+// failed.
+func (c *cachedStore) afterTell(ctx context.Context, code string, err error) bool {
 	if err != nil {
 		c.inval.sendFailed.Inc()
 		c.warns.warn(ctx, "cache: change not written to redis nor published; will retry", fmt.Errorf("cache: change %s: %w", c.prefix+code, err))
@@ -332,7 +365,10 @@ func (c *cachedStore) told(code string, stamp uint64) {
 // retryPending tells Redis, and every instance, of the changes it missed:
 // each code is read again from the primary (what is there now, not what
 // the edit saw: a later edit may have come since) and written as Change
-// would. A code that fails again stays for the next try.
+// would, but patiently (tellPatiently), up to tellsAtOnce at a time, so
+// that one slow answer does not hold the others back. A code that fails
+// again stays for the next try, and once one has failed no more are
+// begun in this try.
 //
 // A code stays pending until it is told (so that this instance's lookups
 // of it keep going to the primary meanwhile), and is forgotten only if no
@@ -352,19 +388,40 @@ func (c *cachedStore) retryPending(ctx context.Context) {
 	}
 	c.mu.Unlock()
 	primary := primaryOf(c.Store) // a replica may not have the change yet
+	patient := c.rdb.WithTimeout(pendingTellTimeout)
+	var (
+		wg     sync.WaitGroup
+		turns  = make(chan struct{}, tellsAtOnce)
+		failed atomic.Bool
+	)
 	for _, k := range codes {
+		if failed.Load() {
+			break // Redis failed again: the rest wait for the next try
+		}
 		t, err := primary.Lookup(ctx, k.code)
 		switch {
 		case errors.Is(err, ErrNotFound):
 			c.told(k.code, k.stamp) // nothing to tell
 		case err != nil:
 			// Postgres failed: next time.
-		case !c.tell(ctx, k.code, t):
-			// Redis failed again (tell kept this code): the rest wait
-			// for the next try too.
-			return
 		default:
-			c.told(k.code, k.stamp)
+			turns <- struct{}{}
+			wg.Go(func() {
+				defer func() { <-turns }()
+				if failed.Load() {
+					return
+				}
+				if c.tellPatiently(ctx, patient, k.code, t) {
+					c.told(k.code, k.stamp)
+				} else {
+					failed.Store(true) // the code is kept
+				}
+			})
 		}
 	}
+	wg.Wait()
 }
+
+// tellsAtOnce bounds the retries retryPending has waiting on Redis at
+// once: each holds a connection of the pool the requests use.
+const tellsAtOnce = 4

@@ -195,10 +195,7 @@ func TestChangeWhileRedisDown(t *testing.T) {
 	opts, prefix := testRedis(t)
 	mem := newMemoryStore()
 	down := openTestRedis(t, &redis.Options{Addr: closedAddr}, 100*time.Millisecond, discardLog)
-	c := newTestCacheOn(t, mem, down, prefix, discardLog)
-	c.channel = prefix + invalidationChannel
-	var sent, failed testCount
-	c.inval = invalidationCounts{sent: &sent, sendFailed: &failed, received: noCount{}, bad: noCount{}, dropped: noCount{}, purges: noCount{}}
+	c, sent, failed := newTellingCache(t, mem, down, prefix)
 	ctx := context.Background()
 	hash := editOf(t, mem, "down001", "https://go.dev/v1")
 	look := lookInto(t, opts)
@@ -211,15 +208,7 @@ func TestChangeWhileRedisDown(t *testing.T) {
 	if failed.get() != 1 || sent.get() != 0 {
 		t.Fatalf("sent %d, failed %d; want 0 and 1", sent.get(), failed.get())
 	}
-	sub := look.Subscribe(ctx, c.channel)
-	t.Cleanup(func() {
-		if err := sub.Close(); err != nil {
-			t.Error(err)
-		}
-	})
-	if _, err := sub.Receive(ctx); err != nil { // the subscription's confirmation
-		t.Fatal(err)
-	}
+	sub := subscribe(t, look, c.channel)
 	c.retryPending(ctx) // still down: kept
 	if failed.get() != 2 {
 		t.Errorf("retry with Redis down: failed %d, want 2", failed.get())
@@ -235,21 +224,100 @@ func TestChangeWhileRedisDown(t *testing.T) {
 	if sent.get() != 1 {
 		t.Errorf("retry with Redis back: sent %d, want 1", sent.get())
 	}
-	want := formatCacheValue(Target{URL: "https://go.dev/v2", Status: 302, Version: 2})
-	if v := look.Get(ctx, prefix+"down001").Val(); sealedBody(prefix+"down001", v) != want {
-		t.Errorf("Redis holds %q after the retry, want %q, sealed", v, want)
-	}
-	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	if msg, err := sub.ReceiveMessage(rctx); err != nil || msg.Payload != "down001" {
-		t.Errorf("published %v, %v; want down001", msg, err)
-	}
+	toldRedis(t, look, sub, prefix+"down001", "down001", Target{URL: "https://go.dev/v2", Status: 302, Version: 2})
 	c.retryPending(ctx) // nothing left
 	if sent.get() != 1 {
 		t.Errorf("a second retry sent again: %d", sent.get())
 	}
 	if c.isPending("down001") {
 		t.Error("down001 still pending after it was told")
+	}
+}
+
+// TestRetryOutwaitsASlowRedis: Redis answers, but later than
+// REDIS_TIMEOUT, so requests' calls to it fail and the breaker is open. A
+// change's tell is refused by the breaker, and nothing of it reaches
+// Redis; its retry, which no request waits on, gets it through all the
+// same: Redis holds the new value, the code is published, and the breaker
+// stays open for the requests. Until step 29 a retry asked the breaker and
+// waited REDIS_TIMEOUT, as a request's call does, so nothing got through
+// while Redis stayed slow, and the other instances served the link as it
+// was (docs/29).
+func TestRetryOutwaitsASlowRedis(t *testing.T) {
+	opts, prefix := testRedis(t)
+	proxy := startProxy(t, opts.Addr)
+	o := *opts
+	o.Addr = proxy.addr()
+	mem := newMemoryStore()
+	rdb := openTestRedis(t, &o, 100*time.Millisecond, discardLog)
+	newTestClock().set(rdb.breaker) // stopped: once open, the breaker stays open
+	c, sent, failed := newTellingCache(t, mem, rdb, prefix)
+	ctx := context.Background()
+	hash := editOf(t, mem, "slow001", "https://go.dev/v1")
+	look := lookInto(t, opts) // straight to Redis, not through the proxy
+	v1 := cachedValue(prefix+"slow001", "https://go.dev/v1")
+	if err := look.Set(ctx, prefix+"slow001", v1, time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	sub := subscribe(t, look, c.channel)
+
+	// Redis slow: every answer 120 ms or more after its call, past this
+	// client's REDIS_TIMEOUT (100 ms); three requests' calls time out,
+	// and the breaker opens.
+	proxy.slow(60 * time.Millisecond)
+	for i := range breakerFailures {
+		if _, err := c.Lookup(ctx, fmt.Sprintf("slow%03d", 100+i)); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("lookup of a code no one made: %v, want not found", err)
+		}
+	}
+	if ok, _ := rdb.breaker.allow(); ok {
+		t.Fatal("the breaker is not open after three calls that timed out")
+	}
+	if _, err := c.Change(ctx, "slow001", hash, LinkChange{URL: "https://go.dev/v2"}); err != nil {
+		t.Fatalf("edit with Redis slow: %v", err)
+	}
+	if failed.get() != 1 || sent.get() != 0 {
+		t.Fatalf("sent %d, failed %d; want 0 and 1: the breaker should refuse the tell", sent.get(), failed.get())
+	}
+	if v := look.Get(ctx, prefix+"slow001").Val(); v != v1 {
+		t.Fatalf("Redis holds %q after a tell the breaker refused, want v1 as it was", v)
+	}
+
+	c.retryPending(ctx) // what the subscriber runs every pendingRetryEvery
+	if sent.get() != 1 {
+		t.Fatalf("retry with Redis slow and the breaker open: sent %d, failed %d; want it told", sent.get(), failed.get())
+	}
+	toldRedis(t, look, sub, prefix+"slow001", "slow001", Target{URL: "https://go.dev/v2", Status: 302, Version: 2})
+	if c.isPending("slow001") {
+		t.Error("slow001 still pending after it was told")
+	}
+	if ok, _ := rdb.breaker.allow(); ok {
+		t.Error("a slow answer to a retry closed the breaker: requests would wait on Redis again")
+	}
+}
+
+// newTellingCache is a cache over store that publishes its changes on
+// prefix's channel, with its tells counted: sent, and failed.
+func newTellingCache(t *testing.T, store Store, rdb *guardedRedis, prefix string) (c *cachedStore, sent, failed *testCount) {
+	t.Helper()
+	c = newTestCacheOn(t, store, rdb, prefix, discardLog)
+	c.channel = prefix + invalidationChannel
+	sent, failed = &testCount{}, &testCount{}
+	c.inval = invalidationCounts{sent: sent, sendFailed: failed, received: noCount{}, bad: noCount{}, dropped: noCount{}, purges: noCount{}}
+	return c, sent, failed
+}
+
+// toldRedis fails t unless Redis holds want under key, sealed, and code
+// came on sub: what a tell that got through leaves behind.
+func toldRedis(t *testing.T, look *redis.Client, sub *redis.PubSub, key, code string, want Target) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if v := look.Get(ctx, key).Val(); sealedBody(key, v) != formatCacheValue(want) {
+		t.Errorf("Redis holds %q after the retry, want %q, sealed", v, formatCacheValue(want))
+	}
+	if msg, err := sub.ReceiveMessage(ctx); err != nil || msg.Payload != code {
+		t.Errorf("published %v, %v; want %s", msg, err, code)
 	}
 }
 

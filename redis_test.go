@@ -77,7 +77,8 @@ type tcpProxy struct {
 	target  string
 	stalled atomic.Bool
 	closed  atomic.Bool
-	refused atomic.Bool // see refuse
+	refused atomic.Bool  // see refuse
+	delay   atomic.Int64 // see slow
 	mu      sync.Mutex
 	conns   []net.Conn
 }
@@ -133,6 +134,9 @@ func (p *tcpProxy) pump(dst, src net.Conn) {
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
+		if d := time.Duration(p.delay.Load()); n > 0 && d > 0 {
+			time.Sleep(d) // a slow network: see slow
+		}
 		for p.stalled.Load() && !p.closed.Load() {
 			time.Sleep(5 * time.Millisecond)
 		}
@@ -150,6 +154,10 @@ func (p *tcpProxy) pump(dst, src net.Conn) {
 }
 
 func (p *tcpProxy) stall() { p.stalled.Store(true) }
+
+// slow holds what the proxy reads for d before passing it on, each way:
+// a Redis that answers, every time, at least 2d after it was asked.
+func (p *tcpProxy) slow(d time.Duration) { p.delay.Store(int64(d)) }
 
 // drop closes every connection open now, as a network failure would; new
 // connections are still accepted.

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# unfix.sh: each of step 27's fixes undone, one at a time, and the test
-# written for it run against the result: a test that passes with its fix
-# undone proves nothing. For each: a copy of the committed tree (git
-# worktree, detached at HEAD), one substitution that puts back step 26's
-# behaviour (perl, printed below with its test), the test run once, its
-# verdict and failure lines. The working tree is never touched. The last
+# unfix.sh: each of step 27's fixes (and step 29's) undone, one at a
+# time, and the test written for it run against the result: a test that
+# passes with its fix undone proves nothing. For each: a copy of the
+# committed tree (git worktree, detached at HEAD), one substitution that
+# puts back the step before's behaviour (perl, printed below with its
+# test), the test run once, its verdict and failure lines. The working tree is never touched. The last
 # line is not a fix: it stops every instance from dropping what other
 # instances' changes tell it, and the history checker
 # (TestHistoryUnderFaults) must refuse what follows.
@@ -13,8 +13,9 @@
 #
 # NAME picks fixes by name (default: all). Environment: TEST_DATABASE_URL
 # and TEST_REDIS_URL, as for go test (deploy/services.sh env prints them);
-# nginx on the PATH or in /usr/sbin. About 4 minutes: the nginx one sends
-# its slow body to the end (100 s), two wait for their bound (30 s).
+# nginx on the PATH or in /usr/sbin. About 8 minutes: the nginx one sends
+# its slow body to the end (100 s), two wait for their bound (30 s), and
+# each run of the history checker takes 30 s at least (its pace).
 set -euo pipefail
 out=''
 while getopts o: opt; do
@@ -45,10 +46,16 @@ sentinelpw|redis.go|s/\n\t\tSentinelPassword: +sent\.password,//|TestRedisSentin
 sweep0|config.go|s/if cfg\.bloomSweep == 0 && cfg\.bloom/if false \&\& cfg.bloom/|TestLoadConfigRefusalsNameTheirVariable
 pendingread|cache.go|s/\tif c\.isPending\(code\) \{/\tif false \&\& c.isPending(code) {/|TestChangeWhileRedisDown
 replicadb|store_postgres.go|s/pqErr\.Code == "3D000" \x7c\x7c //|TestReplicaWaitsForDatabase
+slowretry|invalidate.go|s/\tpatient := c\.rdb\.WithTimeout\(pendingTellTimeout\)\n//; s/c\.tellPatiently\(ctx, patient, k\.code, t\)/c.tell(ctx, k.code, t)/|TestRetryOutwaitsASlowRedis
+impatient|invalidate.go|s/c\.rdb\.WithTimeout\(pendingTellTimeout\)/c.rdb.Client/; s/(cctx, cancel := context\.WithTimeout\(ctx, )pendingTellTimeout/$1c.rdb.timeout/|TestRetryOutwaitsASlowRedis
+askbreaker|invalidate.go|s/(func \(c \*cachedStore\) tellPatiently[^\n]*\n)/$1\tif ok, _ := c.rdb.breaker.allow(); !ok {\n\t\treturn c.afterTell(ctx, code, errors.New("breaker open"))\n\t}\n/|TestRetryOutwaitsASlowRedis
+slowhistory|invalidate.go|s/\tpatient := c\.rdb\.WithTimeout\(pendingTellTimeout\)\n//; s/c\.tellPatiently\(ctx, patient, k\.code, t\)/c.tell(ctx, k.code, t)/|TestHistoryUnderFaults
+feedrepublish|bloomfeed.go|s/f\.rdb\.WithTimeout\(pendingTellTimeout\)\.Pipelined/f.rdb.Pipelined/; s/(ctx, cancel := context\.WithTimeout\(ctx, )pendingTellTimeout\+/$1f.rdb.timeout+/|TestFeedRepublishOutwaitsASlowRedis
+feedhistory|bloomfeed.go|s/f\.rdb\.WithTimeout\(pendingTellTimeout\)\.Pipelined/f.rdb.Pipelined/; s/(ctx, cancel := context\.WithTimeout\(ctx, )pendingTellTimeout\+/$1f.rdb.timeout+/|TestHistoryUnderFaults
 nodrops|invalidate.go|s/for _, d := range s\.drop \{\n\t\t\td\(msg\.Payload\)\n\t\t\}/_ = s.drop/|TestHistoryUnderFaults
 '
 {
-	echo "# step 27's fixes undone one at a time, each with the test written for it"
+	echo "# step 27's and step 29's fixes undone one at a time, each with the test written for it"
 	echo "# made by:   benchmarks/unfix.sh $*; commit $(git -C "$repo" rev-parse --short=12 HEAD), date $(date -u '+%Y-%m-%dT%H:%M:%SZ')"
 	echo "# machine:   $(machine_line)"
 	echo "# software:  $(go version | cut -d' ' -f3-)"

@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# slowhistory.sh: the history checker (TestHistoryUnderFaults) with Redis
+# slowed for a span, in interleaved rounds: this commit's retries against
+# step 28's (a change's retry and the feed's republish waited
+# REDIS_TIMEOUT, and the change's asked the breaker), put back in a copy
+# of the tree with the substitutions benchmarks/unfix.sh calls slowretry
+# and feedrepublish. Each run prints the least bound its history meets: how
+# late the latest read on another instance was to see a change.
+#
+#   benchmarks/slowhistory.sh [-o FILE] [-r ROUNDS] [-b BUSY]
+#
+# ROUNDS pairs (default 3), the order within a pair alternating. BUSY
+# busy loops (default 0) run beside each test, which then runs with
+# GOMAXPROCS=1, as in docs/27's busy runs. Environment: TEST_DATABASE_URL
+# and TEST_REDIS_URL (deploy/services.sh env prints them). About 3
+# minutes a pair.
+set -euo pipefail
+out='' rounds=3 busy=0
+while getopts o:r:b: opt; do
+	case $opt in
+	o) out=$OPTARG ;;
+	r) rounds=$OPTARG ;;
+	b) busy=$OPTARG ;;
+	*) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
+	esac
+done
+: "${TEST_DATABASE_URL:?slowhistory.sh: set TEST_DATABASE_URL (deploy/services.sh env prints it)}"
+: "${TEST_REDIS_URL:?slowhistory.sh: set TEST_REDIS_URL (deploy/services.sh env prints it)}"
+repo=$(git rev-parse --show-toplevel)
+. "$repo/benchmarks/lib.sh" # machine_line
+work=$(mktemp -d)
+loops=()
+cleanup() {
+	[ ${#loops[@]} -eq 0 ] || kill "${loops[@]}" 2>/dev/null || true
+	git -C "$repo" worktree remove --force "$work/new" >/dev/null 2>&1 || true
+	git -C "$repo" worktree remove --force "$work/old" >/dev/null 2>&1 || true
+	rm -rf "$work"
+}
+trap cleanup EXIT
+git -C "$repo" worktree add --detach "$work/new" HEAD >/dev/null
+git -C "$repo" worktree add --detach "$work/old" HEAD >/dev/null
+undone=''
+for name in slowretry feedrepublish; do
+	IFS='|' read -r _ file subst _ <<<"$(grep "^$name|" "$repo/benchmarks/unfix.sh")"
+	before=$(md5sum <"$work/old/$file")
+	perl -0777 -pi -e "$subst" "$work/old/$file"
+	[ "$(md5sum <"$work/old/$file")" != "$before" ] || { echo "slowhistory.sh: $name changed nothing in $file" >&2; exit 1; }
+	undone="$undone $file: perl -0777 -pe '$subst';"
+done
+gmp=''
+[ "$busy" = 0 ] || gmp=1
+for t in new old; do (cd "$work/$t" && go test -c -o "$work/$t.test" .); done
+for _ in $(seq "$busy"); do
+	sh -c 'while :; do :; done' &
+	loops+=($!)
+done
+
+run() { # ARM ROUND
+	local log=$work/$1-$2.log start rc=0
+	start=$(date +%s)
+	(cd "$work/$1" && GOMAXPROCS=${gmp:-$(nproc)} "$work/$1.test" -test.count=1 -test.v -test.run '^TestHistoryUnderFaults$') >"$log" 2>&1 || rc=$?
+	echo "== round $2, $1: $([ $rc = 0 ] && echo ok || echo FAIL) after $(($(date +%s) - start)) s"
+	grep -E 'operations on|instance [0-9]:|least bound|not allowed|--- (PASS|FAIL)|_test\.go:[0-9]+:' "$log" | sort -u | head -12 | sed 's/^ */   /'
+}
+{
+	echo "# TestHistoryUnderFaults, Redis slowed for a span, in interleaved rounds: this commit's retry (new) and step 28's (old)"
+	echo "# made by:   benchmarks/slowhistory.sh -r $rounds -b $busy; commit $(git -C "$repo" rev-parse --short=12 HEAD)$(git -C "$repo" diff --quiet HEAD || echo ' (tree dirty)'), date $(date -u '+%Y-%m-%dT%H:%M:%SZ')"
+	echo "# machine:   $(machine_line)"
+	echo "# software:  $(go version | cut -d' ' -f3-); Postgres and Redis at TEST_DATABASE_URL and TEST_REDIS_URL"
+	echo "# old:       a worktree of HEAD with (benchmarks/unfix.sh slowretry, feedrepublish)$undone"
+	echo "# each:      the test binary of each tree, -test.run '^TestHistoryUnderFaults\$' -test.v; GOMAXPROCS=${gmp:-$(nproc)}; $busy busy loops beside it"
+	echo "#            the checker's bound is 5 s; 'least bound' is the least the run's history meets, to the millisecond"
+	echo "#"
+	for r in $(seq "$rounds"); do
+		if [ $((r % 2)) = 1 ]; then run new "$r"; run old "$r"; else run old "$r"; run new "$r"; fi
+	done
+} | if [ -n "$out" ]; then tee "$out"; else cat; fi
