@@ -140,6 +140,16 @@ type bloomStore struct {
 	// trusted filter that the feed has not brought since.
 	sweptTo     time.Time
 	unconfirmed map[string]struct{}
+	// Postgres's own word on new links (linklisten.go), when listens:
+	// listenUp says the LISTEN is in place; listenEpoch counts the moments
+	// from which the filter must be read again whole (each (re)connect,
+	// since what was sent while down is lost, and each "*"); builtEpoch
+	// is the epoch the last complete build started in. The filter is
+	// trusted only while builtEpoch == listenEpoch.
+	listens     bool
+	listenUp    bool
+	listenEpoch uint64
+	builtEpoch  uint64
 }
 
 // bloomSweep is how the filter's sweep runs (bloomsweep.go): every every
@@ -228,6 +238,7 @@ const (
 	fromFeed addSource = iota
 	fromResync
 	fromSweep
+	fromListener // Postgres's NOTIFY (linklisten.go)
 )
 
 // add is added, from any source. A code new to the trusted filter that a
@@ -241,7 +252,7 @@ func (b *bloomStore) add(codes []string, from addSource) {
 			b.codes++
 		}
 		switch {
-		case from == fromFeed && len(b.unconfirmed) > 0:
+		case (from == fromFeed || from == fromListener) && len(b.unconfirmed) > 0:
 			delete(b.unconfirmed, c)
 		case from == fromSweep && fresh && b.trusted:
 			b.unconfirmed[c] = struct{}{}
@@ -285,9 +296,56 @@ func (b *bloomStore) feedIsUp() {
 	b.signal()
 }
 
+// expectListener says a listener (linklisten.go) will tell this filter
+// of every link Postgres adds: it is not trusted until that listener is
+// up and a build has read every code since. Called before run.
+func (b *bloomStore) expectListener() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.listens = true
+	b.setTrust()
+}
+
+// listening says the listener's LISTEN is in place, from a first
+// connection or a new one: every link committed from now on is told,
+// and those committed before are read by a build that starts after this.
+func (b *bloomStore) listening() { b.readAgain(true) }
+
+// readAll says links were added that the listener was not told of one by
+// one (a statement that added more than 10,000): the filter is read
+// again whole, and not trusted until then.
+func (b *bloomStore) readAll() { b.readAgain(false) }
+
+func (b *bloomStore) readAgain(up bool) {
+	b.mu.Lock()
+	if up {
+		b.listenUp = true
+	}
+	b.listenEpoch++
+	b.setTrust()
+	b.mu.Unlock()
+	b.signal()
+}
+
+// listenDown says the listener lost its connection: links added from now
+// on are not told, so the filter is not trusted until the listener is
+// back and a build has read them.
+func (b *bloomStore) listenDown() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.listenUp = false
+	b.setTrust()
+}
+
+// stale reports whether the listener asks for a build: it is up, and no
+// build has started since it last asked. b.mu must be held.
+func (b *bloomStore) stale() bool {
+	return b.listens && b.listenUp && b.builtEpoch != b.listenEpoch
+}
+
 // setTrust recomputes trusted, and logs a change. b.mu must be held.
 func (b *bloomStore) setTrust() {
-	t := b.filter != nil && b.feedUp && b.gapFrom.IsZero()
+	t := b.filter != nil && b.feedUp && b.gapFrom.IsZero() && (!b.listens || b.listenUp && b.builtEpoch == b.listenEpoch)
 	if t == b.trusted {
 		return
 	}
@@ -295,7 +353,8 @@ func (b *bloomStore) setTrust() {
 	if t {
 		b.log.Info("bloom filter trusted: unknown codes answered without a query", "codes", b.codes)
 	} else {
-		b.log.Warn("bloom filter not trusted: every lookup goes to the store until its feed is back and resynced")
+		b.log.Warn("bloom filter not trusted: every lookup goes to the store until its feed is back and resynced, and its listener is up and it has read every code since",
+			"feed_up", b.feedUp, "listener_up", !b.listens || b.listenUp)
 	}
 }
 
@@ -339,21 +398,15 @@ func (b *bloomStore) run(ctx context.Context) {
 		var err error
 		b.mu.RLock()
 		resync := b.filter != nil && b.feedUp && !b.gapFrom.IsZero()
-		build := b.filter == nil || b.grow
-		waitFeed := b.filter == nil && !b.feedUp && !waited
+		build := b.filter == nil || b.grow || b.stale()
+		waitFeed := b.filter == nil && (!b.feedUp || b.listens && !b.listenUp) && !waited
 		b.mu.RUnlock()
 		switch {
 		case resync: // first: it restores trust
 			err = b.resync(ctx)
 		case waitFeed:
 			waited = true
-			t := time.NewTimer(b.feedWait)
-			select {
-			case <-b.kick: // the feed is up, or something else: look again
-			case <-t.C:
-			case <-ctx.Done():
-			}
-			t.Stop()
+			b.waitForFeeds(ctx)
 			continue
 		case build:
 			err = b.build(ctx)
@@ -381,6 +434,30 @@ func (b *bloomStore) run(ctx context.Context) {
 	}
 }
 
+// waitForFeeds waits, up to feedWait, until the feed and the listener (if
+// any) are both up, so that the first build need not be followed by
+// another: a build that starts before either is up leaves a gap to read
+// again (a resync, or a second build).
+func (b *bloomStore) waitForFeeds(ctx context.Context) {
+	t := time.NewTimer(b.feedWait)
+	defer t.Stop()
+	for {
+		select {
+		case <-b.kick: // one of them is up, or something else: look again
+			b.mu.RLock()
+			ready := b.feedUp && (!b.listens || b.listenUp)
+			b.mu.RUnlock()
+			if ready {
+				return
+			}
+		case <-t.C:
+			return
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
 // build reads every code from Postgres into a new filter, and puts it in
 // place of the old one, if any, which answers meanwhile.
 //
@@ -394,6 +471,7 @@ func (b *bloomStore) build(ctx context.Context) error {
 	b.mu.Lock()
 	b.building = true
 	b.pending = b.pending[:0] // all of it committed before start: the scan reads it
+	epoch, listenUp := b.listenEpoch, b.listenUp
 	if b.feedUp && b.filter == nil {
 		b.gapFrom = time.Time{} // the feed brings what the scan misses
 	} else if !b.feedUp {
@@ -419,6 +497,11 @@ func (b *bloomStore) build(ctx context.Context) error {
 	}
 	b.pending = nil
 	b.filter, b.capacity, b.codes, b.grow = f, capacity, n, false
+	if listenUp {
+		// Every link committed after the LISTEN was told (and is in
+		// pending, or will come), every one before was scanned.
+		b.builtEpoch = epoch
+	}
 	if at.After(b.sweptTo) {
 		b.sweptTo = at
 	}

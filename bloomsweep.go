@@ -46,6 +46,14 @@ import (
 //
 // A failed sweep does not move the moment: the next tick reads from the
 // same one, and nothing is skipped.
+//
+// The margin has a hole the sweep cannot close: a row whose transaction
+// ran longer than it (a psql session left open, an import with a long
+// DB_TIMEOUT) commits with a created_at older than any sweep reads. Since
+// step 30 Postgres itself tells every instance of each statement's new
+// codes at its commit (linklisten.go), which covers that row, and every
+// row added by something other than this app; the sweep stays as the
+// backstop it was for the feed.
 
 // sweepSlack is added to DB_TIMEOUT to make the sweep's margin: room for
 // whatever the reasoning above missed, at the cost of reading five more

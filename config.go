@@ -144,6 +144,10 @@ type config struct {
 	// created since the last time from Postgres, in case the feed
 	// missed any (bloomsweep.go); 0 = never.
 	bloomSweep time.Duration
+	// listenPing is LISTEN_PING: how often the links listener pings
+	// Postgres, and how long it waits for the answer before it closes its
+	// connection and makes a new one (linklisten.go).
+	listenPing time.Duration
 	// negCacheSize and negCacheTTL are NEG_CACHE_SIZE and NEG_CACHE_TTL:
 	// how many codes the store said it does not have are remembered, and
 	// for how long (negcache.go); size 0 = none.
@@ -304,10 +308,15 @@ const defaultCreateBatch = 128
 // A code the feed failed to deliver is found by the sweep within 10 s: a
 // query every 10 s reading the last 15 s or so of creates, from the
 // BRIN index, is nothing next to the creates themselves.
+//
+// The links listener pings Postgres every 5 s and gives each ping 5 s: a
+// connection that went silent is replaced within about 10 s, for one
+// round trip per instance every 5 s.
 const (
 	defaultBloomFPRate     = 0.01
 	defaultBloomAckTimeout = 50 * time.Millisecond
 	defaultBloomSweep      = 10 * time.Second
+	defaultListenPing      = 5 * time.Second
 )
 
 // The negative cache's defaults: 100,000 codes (a few megabytes) for five
@@ -347,6 +356,7 @@ func defaultConfig() config {
 		bloomFPRate:     defaultBloomFPRate,
 		bloomAckTimeout: defaultBloomAckTimeout,
 		bloomSweep:      defaultBloomSweep,
+		listenPing:      defaultListenPing,
 		negCacheSize:    defaultNegCacheSize,
 		negCacheTTL:     defaultNegCacheTTL,
 		limits: limitConfig{
@@ -539,6 +549,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 	// Under a second, each sweep would read back its margin (DB_TIMEOUT
 	// and 5 s) many times over; past an hour, it is no backstop.
 	cfg.bloomSweep = env.durationOrZero("BLOOM_SWEEP", cfg.bloomSweep, time.Second, time.Hour)
+	cfg.listenPing = env.durationIn("LISTEN_PING", cfg.listenPing, 100*time.Millisecond, time.Minute)
 	if cfg.bloomSweep == 0 && cfg.bloom && cfg.redis != nil && cfg.databaseURL != "" {
 		// Issue 24, item 6: with Redis there may be other instances, and
 		// a create whose announcement was lost reaches their filters by

@@ -124,12 +124,17 @@ func (set *subscriberSet) lost(ctx context.Context) {
 
 // lost is a message dropped before this subscriber could read it: which
 // code it named is unknown, so every listening cache forgets everything.
+//
+// It is counted once the caches are purged, not before: whoever sees the
+// count may rely on the purge (until step 30 the count came first, and a
+// test that looked up as soon as it saw it could still find the old
+// link).
 func (s *subscriber) lost(ctx context.Context) {
-	s.counts.dropped.Inc()
 	for _, p := range s.purge {
 		p()
 	}
 	s.counts.purges.Inc()
+	s.counts.dropped.Inc()
 	s.lostLog.warn(ctx, "invalidations: a message was dropped by the redis client; local cache purged",
 		errors.New("invalidations: channel full for "+subscriberSendTimeout.String()))
 }

@@ -93,6 +93,7 @@ type bloomMetrics struct {
 	badMessages     prometheus.Counter
 	buildSeconds    prometheus.Gauge
 	sweeps          *prometheus.CounterVec // by result: ok, failed
+	notifications   *prometheus.CounterVec // by kind: codes, all, bad
 	sweepCodes      prometheus.Counter
 	sweepMissed     prometheus.Counter
 }
@@ -173,6 +174,9 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 		"Codes the sweeps read and added to the Bloom filter, most of which it had already (each sweep reads back a margin of DB_TIMEOUT and 5 s).")))).(prometheus.Counter)
 	m.bloom.sweepMissed = f(prometheus.NewCounter(prometheus.CounterOpts(opts("bloom_sweep_missed_total",
 		"Codes a sweep found that the trusted Bloom filter did not hold, and the feed had not brought by the next sweep: creates the feed failed to deliver, each answerable 404 here until the sweep found it.")))).(prometheus.Counter)
+	m.bloom.notifications = f(prometheus.NewCounterVec(prometheus.CounterOpts(opts("link_notifications_total",
+		"Messages from Postgres's trigger on links (LISTEN links_created), by kind: codes (a statement added these links, up to 200 named in a message), all (a statement added more than 10,000: every code is read again), bad (not codes, ignored in whole or part).")),
+		[]string{"kind"})).(*prometheus.CounterVec)
 	m.negHits = f(prometheus.NewCounter(prometheus.CounterOpts(opts("negcache_hits_total",
 		"Lookups answered not found by the negative cache, with no query.")))).(prometheus.Counter)
 	reg.MustRegister(
@@ -335,6 +339,7 @@ type bloomCounts struct {
 	buildSeconds                              gauge
 	sweepsOK, sweepsFailed                    counter
 	sweepCodes, sweepMissed                   adder
+	notifiedCodes, notifiedAll, notifiedBad   counter
 }
 
 // gauge is what the code needs of a Prometheus gauge.
@@ -348,7 +353,8 @@ func (m *metrics) bloomCounts() bloomCounts {
 	if m == nil {
 		n := noCount{}
 		return bloomCounts{no: n, maybe: n, untrusted: n, falsePositives: n, ackTimeouts: n, publishFailures: n,
-			badMessages: n, resyncs: n, buildSeconds: noGauge{}, sweepsOK: n, sweepsFailed: n, sweepCodes: n, sweepMissed: n}
+			badMessages: n, resyncs: n, buildSeconds: noGauge{}, sweepsOK: n, sweepsFailed: n, sweepCodes: n, sweepMissed: n,
+			notifiedCodes: n, notifiedAll: n, notifiedBad: n}
 	}
 	return bloomCounts{
 		no:              m.bloom.lookups.WithLabelValues("no"),
@@ -364,6 +370,9 @@ func (m *metrics) bloomCounts() bloomCounts {
 		sweepsFailed:    m.bloom.sweeps.WithLabelValues("failed"),
 		sweepCodes:      m.bloom.sweepCodes,
 		sweepMissed:     m.bloom.sweepMissed,
+		notifiedCodes:   m.bloom.notifications.WithLabelValues("codes"),
+		notifiedAll:     m.bloom.notifications.WithLabelValues("all"),
+		notifiedBad:     m.bloom.notifications.WithLabelValues("bad"),
 	}
 }
 

@@ -157,12 +157,26 @@ func (n *negCache) setUp(up bool) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if !up {
-		clear(n.entries)
-		clear(n.queue)
-		n.queue, n.head = n.queue[:0], 0
-		n.forgets += negRecent + 1 // every ticket taken before is void
+		n.empty()
 	}
 	n.up = up
+}
+
+// clearAll forgets every code: creates happened that it was not told of
+// one by one (a bulk insert, or a lost LISTEN: linklisten.go).
+func (n *negCache) clearAll() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.empty()
+}
+
+// empty drops every entry, and voids every ticket taken before. n.mu must
+// be held.
+func (n *negCache) empty() {
+	clear(n.entries)
+	clear(n.queue)
+	n.queue, n.head = n.queue[:0], 0
+	n.forgets += negRecent + 1 // every ticket taken before is void
 }
 
 // len is how many codes the cache holds, for the metrics.

@@ -73,14 +73,16 @@ func testRedis(t *testing.T) (*redis.Options, string) {
 // are accepted and bytes taken, and nothing comes back, as from a process
 // frozen with SIGSTOP.
 type tcpProxy struct {
-	ln      net.Listener
-	target  string
-	stalled atomic.Bool
-	closed  atomic.Bool
-	refused atomic.Bool  // see refuse
-	delay   atomic.Int64 // see slow
-	mu      sync.Mutex
-	conns   []net.Conn
+	ln       net.Listener
+	target   string
+	stalled  atomic.Bool
+	closed   atomic.Bool
+	refused  atomic.Bool  // see refuse
+	delay    atomic.Int64 // see slow
+	mu       sync.Mutex
+	conns    []net.Conn
+	hushed   sync.Map     // see hush: the proxy's local port to the server → true
+	accepted atomic.Int64 // connections taken, refused ones not counted
 }
 
 func startProxy(t *testing.T, target string) *tcpProxy {
@@ -111,6 +113,7 @@ func (p *tcpProxy) serve() {
 		}
 		p.conns = append(p.conns, in)
 		p.mu.Unlock()
+		p.accepted.Add(1)
 		if p.stalled.Load() {
 			continue // held open, never answered
 		}
@@ -122,15 +125,17 @@ func (p *tcpProxy) serve() {
 		p.mu.Lock()
 		p.conns = append(p.conns, out)
 		p.mu.Unlock()
-		go p.pump(in, out)
-		go p.pump(out, in)
+		port := out.LocalAddr().(*net.TCPAddr).Port
+		go p.pump(in, out, port)
+		go p.pump(out, in, port)
 	}
 }
 
 // pump copies src to dst until either side fails, then closes both; while
-// the proxy is stalled it holds what it read. An error here is a
-// connection ending, which is what the proxy exists to do.
-func (p *tcpProxy) pump(dst, src net.Conn) {
+// the proxy is stalled it holds what it read, and once the connection is
+// hushed it drops it. An error here is a connection ending, which is what
+// the proxy exists to do.
+func (p *tcpProxy) pump(dst, src net.Conn, port int) {
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
@@ -139,6 +144,9 @@ func (p *tcpProxy) pump(dst, src net.Conn) {
 		}
 		for p.stalled.Load() && !p.closed.Load() {
 			time.Sleep(5 * time.Millisecond)
+		}
+		if _, hushed := p.hushed.Load(port); hushed {
+			n = 0
 		}
 		if n > 0 && !p.closed.Load() {
 			if _, werr := dst.Write(buf[:n]); werr != nil {
@@ -154,6 +162,12 @@ func (p *tcpProxy) pump(dst, src net.Conn) {
 }
 
 func (p *tcpProxy) stall() { p.stalled.Store(true) }
+
+// hush makes one open connection silent, both ways, without closing it:
+// the one whose end at the server is the proxy's local port (the
+// client_port Postgres shows). A peer gone without a word looks so: what
+// is sent is taken and never answered. Others, and new ones, still pass.
+func (p *tcpProxy) hush(port int) { p.hushed.Store(port, true) }
 
 // slow holds what the proxy reads for d before passing it on, each way:
 // a Redis that answers, every time, at least 2d after it was asked.

@@ -129,6 +129,10 @@ func buildLayers(ctx context.Context, cfg config, store Store, pg *pgStore, rdb 
 		bctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 		var wg sync.WaitGroup
 		wg.Go(func() { feed.run(bctx) })
+		// Postgres's own word on every link added, whoever added it
+		// (linklisten.go).
+		listener := newLinkListener(cfg.databaseURL, cfg.listenPing, bf, neg, m.bloomCounts(), log)
+		wg.Go(func() { listener.run(bctx) })
 		if bf != nil {
 			wg.Go(func() { bf.run(bctx) })
 		}

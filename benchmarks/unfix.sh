@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# unfix.sh: each of step 27's fixes (and step 29's) undone, one at a
+# unfix.sh: each of step 27's fixes (and step 29's and 30's) undone, one at a
 # time, and the test written for it run against the result: a test that
 # passes with its fix undone proves nothing. For each: a copy of the
 # committed tree (git worktree, detached at HEAD), one substitution that
@@ -13,9 +13,10 @@
 #
 # NAME picks fixes by name (default: all). Environment: TEST_DATABASE_URL
 # and TEST_REDIS_URL, as for go test (deploy/services.sh env prints them);
-# nginx on the PATH or in /usr/sbin. About 8 minutes: the nginx one sends
-# its slow body to the end (100 s), two wait for their bound (30 s), and
-# each run of the history checker takes 30 s at least (its pace).
+# nginx on the PATH or in /usr/sbin. About 15 minutes: the nginx one sends
+# its slow body to the end (100 s), nine wait for a bound (30 s), one for
+# the shutdown's (25 s), and each run of the history checker takes 30 s
+# at least (its pace).
 set -euo pipefail
 out=''
 while getopts o: opt; do
@@ -31,6 +32,13 @@ trap 'git -C "$repo" worktree remove --force "$work/tree" >/dev/null 2>&1 || tru
 git -C "$repo" worktree add --detach "$work/tree" HEAD >/dev/null
 
 # name|file|perl substitution (-0777: the whole file at once)|test
+#
+# Step 29's feedhistory (the republish's fix undone, with the history
+# checker) is gone since step 30: the links listener also tells every
+# instance of a new link, and the checker passed with the republish alone
+# undone (benchmarks/30-unfix.txt); with the listener off as well it
+# fails (benchmarks/30-feedhistory-both.txt). feedrepublish, the
+# republish's own test, stays.
 fixes='
 flight|flight.go|s/f\.group\.DoChan\(flightKey\(code, f\.changes\.load\(\)\), /f.group.DoChan(code, /|TestFlightAfterDrop
 unclear|invalidate.go|s/(func changeMayHaveLanded\(err error\) bool \{\n)/$1\treturn err == nil\n/|TestUnclearChangeIsReread
@@ -51,11 +59,20 @@ impatient|invalidate.go|s/c\.rdb\.WithTimeout\(pendingTellTimeout\)/c.rdb.Client
 askbreaker|invalidate.go|s/(func \(c \*cachedStore\) tellPatiently[^\n]*\n)/$1\tif ok, _ := c.rdb.breaker.allow(); !ok {\n\t\treturn c.afterTell(ctx, code, errors.New("breaker open"))\n\t}\n/|TestRetryOutwaitsASlowRedis
 slowhistory|invalidate.go|s/\tpatient := c\.rdb\.WithTimeout\(pendingTellTimeout\)\n//; s/c\.tellPatiently\(ctx, patient, k\.code, t\)/c.tell(ctx, k.code, t)/|TestHistoryUnderFaults
 feedrepublish|bloomfeed.go|s/f\.rdb\.WithTimeout\(pendingTellTimeout\)\.Pipelined/f.rdb.Pipelined/; s/(ctx, cancel := context\.WithTimeout\(ctx, )pendingTellTimeout\+/$1f.rdb.timeout+/|TestFeedRepublishOutwaitsASlowRedis
-feedhistory|bloomfeed.go|s/f\.rdb\.WithTimeout\(pendingTellTimeout\)\.Pipelined/f.rdb.Pipelined/; s/(ctx, cancel := context\.WithTimeout\(ctx, )pendingTellTimeout\+/$1f.rdb.timeout+/|TestHistoryUnderFaults
+listener|wire.go|s/listener := newLinkListener\(cfg\.databaseURL, cfg\.listenPing, bf, neg, m\.bloomCounts\(\), log\)\n\t\twg\.Go\(func\(\) \{ listener\.run\(bctx\) \}\)/_ = newLinkListener/|TestLinksFromElsewhereAreFound
+importlisten|wire.go|s/listener := newLinkListener\(cfg\.databaseURL, cfg\.listenPing, bf, neg, m\.bloomCounts\(\), log\)\n\t\twg\.Go\(func\(\) \{ listener\.run\(bctx\) \}\)/_ = newLinkListener/|TestImportedLinksAreFound
+trigger|sql/schema.sql|s/CREATE OR REPLACE TRIGGER links_announce[^;]*;//|TestLinksFromElsewhereAreFound
+notifysize|sql/schema.sql|s/IF n <= 200 AND octet_length\(payload\) < 8000 THEN/IF n <= 200 THEN/|TestLongCodesDoNotFailInserts
+readall|linklisten.go|s/l\.bloom\.readAll\(\)/_ = l.bloom/|TestLinksFromElsewhereAreFound
+reread|bloom.go|s/(\t\tb\.listenUp = true\n)\t\}\n\tb\.listenEpoch\+\+/$1\t} else {\n\t\tb.listenEpoch++\n\t}/|TestLinksAddedWhileDeafAreFound
+deaftrust|bloom.go|s/ && \(!b\.listens[^\n]*//|TestLinksAddedWhileDeafAreFound
+forged|linklisten.go|s/if validCode\(c\) \{/if c != "" {/|TestForgedNotificationsRedirectNowhere
+ping|linklisten.go|s/(func \(l \*linkListener\) pings\([^\n]*\n)/$1\treturn\n/|TestSilentListenerIsReplaced
+shutdown|linklisten.go|s/(func \(d \*listenDialer\) shutDown\(\) error \{\n)/$1\treturn nil\n/|TestListenerStopsWhilePostgresIsSilent
 nodrops|invalidate.go|s/for _, d := range s\.drop \{\n\t\t\td\(msg\.Payload\)\n\t\t\}/_ = s.drop/|TestHistoryUnderFaults
 '
 {
-	echo "# step 27's and step 29's fixes undone one at a time, each with the test written for it"
+	echo "# step 27's, 29's and 30's fixes undone one at a time, each with the test written for it"
 	echo "# made by:   benchmarks/unfix.sh $*; commit $(git -C "$repo" rev-parse --short=12 HEAD), date $(date -u '+%Y-%m-%dT%H:%M:%SZ')"
 	echo "# machine:   $(machine_line)"
 	echo "# software:  $(go version | cut -d' ' -f3-)"

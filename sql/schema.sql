@@ -129,3 +129,48 @@ CREATE TABLE IF NOT EXISTS schema_version (
     sha256  text        NOT NULL,
     applied timestamptz NOT NULL DEFAULT now()
 );
+
+-- Step 30: every statement that adds links tells every instance, whoever
+-- ran it (the app, `shortener import`, psql): at its commit, and only if
+-- it commits, Postgres sends the codes on channel links_created, to each
+-- instance's LISTEN (linklisten.go). The codes go by name, separated by
+-- spaces, 200 to a message (the app's codes are at most 32 characters);
+-- a statement of more than 10,000 rows (a bulk COPY) sends one "*"
+-- instead, which tells each instance to read every code again, and so
+-- does a message that would be 8,000 bytes or more (NOTIFY's limit: past
+-- it, pg_notify fails, and with it the INSERT). Once per statement, not
+-- per row.
+CREATE OR REPLACE FUNCTION links_announce() RETURNS trigger
+LANGUAGE plpgsql AS $$
+DECLARE
+    n       integer;
+    payload text;
+BEGIN
+    -- The usual statement (a create, a group commit's batch) in one query.
+    SELECT count(*), string_agg(code, ' ') INTO n, payload
+    FROM (SELECT code FROM added LIMIT 201) AS first_rows;
+    IF n = 0 THEN
+        RETURN NULL;
+    END IF;
+    IF n <= 200 AND octet_length(payload) < 8000 THEN
+        PERFORM pg_notify('links_created', payload);
+        RETURN NULL;
+    END IF;
+    SELECT count(*) INTO n FROM (SELECT 1 FROM added LIMIT 10001) AS first_rows;
+    IF n > 10000 OR EXISTS (SELECT 1 FROM added WHERE octet_length(code) > 32) THEN
+        PERFORM pg_notify('links_created', '*');
+        RETURN NULL;
+    END IF;
+    FOR payload IN
+        SELECT string_agg(code, ' ')
+        FROM (SELECT code, (row_number() OVER () - 1) / 200 AS part FROM added) AS numbered
+        GROUP BY part
+    LOOP
+        PERFORM pg_notify('links_created', payload);
+    END LOOP;
+    RETURN NULL;
+END
+$$;
+CREATE OR REPLACE TRIGGER links_announce
+    AFTER INSERT ON links REFERENCING NEW TABLE AS added
+    FOR EACH STATEMENT EXECUTE FUNCTION links_announce();
