@@ -78,6 +78,9 @@ func newCachedStore(store Store, rdb *guardedRedis, o cacheOptions, log *slog.Lo
 	if o.inval == (invalidationCounts{}) {
 		o.inval = (*metrics)(nil).invalidationCounts()
 	}
+	if o.inval.pending == nil {
+		o.inval.pending = noGauge{}
+	}
 	if o.auth == nil {
 		o.auth = randomRedisAuth()
 	}
@@ -273,20 +276,13 @@ func (c *cachedStore) set(ctx context.Context, code string, t Target, publish bo
 // setOn is set through rdb: c.rdb, or a copy of it that waits longer
 // (retryPending's).
 func (c *cachedStore) setOn(ctx context.Context, rdb redis.Cmdable, code string, t Target, publish bool, refused string, authoritative bool) error {
-	channel := ""
-	if publish {
-		channel = c.channel
-	}
-	key := c.prefix + code
-	v := c.auth.seal(key, formatCacheValue(t), time.Now().Add(c.ttl))
-	limit := strconv.Itoa(maxSealedLen)
+	key, args := c.setArgs(code, t, publish, refused)
 	for range maxSetTries {
-		stored, err := cacheSetScript.Run(ctx, rdb, []string{key},
-			v, t.Version, c.ttl.Milliseconds(), channel, code, refused, limit).Int()
+		stored, err := cacheSetScript.Run(ctx, rdb, []string{key}, args...).Int()
 		if err != nil || stored == 1 || !authoritative {
 			return err
 		}
-		channel = "" // published already
+		args[3] = "" // the channel: published already
 		cur, err := rdb.GetRange(ctx, key, 0, int64(maxSealedLen)).Result()
 		if err != nil {
 			return err
@@ -296,9 +292,21 @@ func (c *cachedStore) setOn(ctx context.Context, rdb redis.Cmdable, code string,
 				return nil // ours, and as new: it stays
 			}
 		}
-		refused = valueID(cur)
+		args[5] = valueID(cur) // refused
 	}
 	return fmt.Errorf("cache: set %s: kept out %d times by values that do not open or are older", key, maxSetTries)
+}
+
+// setArgs are cacheSetScript's key and arguments to write t, sealed,
+// under code's key and, with publish, to publish code; refused as set's.
+func (c *cachedStore) setArgs(code string, t Target, publish bool, refused string) (string, []any) {
+	channel := ""
+	if publish {
+		channel = c.channel
+	}
+	key := c.prefix + code
+	v := c.auth.seal(key, formatCacheValue(t), time.Now().Add(c.ttl))
+	return key, []any{v, t.Version, c.ttl.Milliseconds(), channel, code, refused, strconv.Itoa(maxSealedLen)}
 }
 
 // maxSetTries bounds set's writes: each try after the first overwrites

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -33,9 +32,8 @@ const pendingRetryEvery = 250 * time.Millisecond
 // change reaches them within pendingRetryEvery + 2 × pendingTellTimeout
 // (4.25 s) of Redis beginning to answer every call within
 // pendingTellTimeout: a retry under way then may still fail, and the
-// next one gets through (docs/operations.md). That is with up to
-// tellsAtOnce codes waiting; each further tellsAtOnce may add a
-// pendingTellTimeout when every answer takes nearly that long.
+// next one gets through (docs/operations.md). Since step 31 that holds
+// however many codes wait: a retry tells them all in one round trip.
 const pendingTellTimeout = 2 * time.Second
 
 // subscriber keeps this process's caches in step with edits made on any
@@ -343,6 +341,7 @@ func (c *cachedStore) remember(ctx context.Context, code string) {
 	c.stamp++
 	c.pending[code] = c.stamp
 	c.npending.Store(int64(len(c.pending)))
+	c.inval.pending.Set(float64(len(c.pending)))
 }
 
 // isPending says whether code's last change here has not reached Redis.
@@ -364,16 +363,20 @@ func (c *cachedStore) told(code string, stamp uint64) {
 	if c.pending[code] == stamp {
 		delete(c.pending, code)
 		c.npending.Store(int64(len(c.pending)))
+		c.inval.pending.Set(float64(len(c.pending)))
+		c.inval.pending.Set(float64(len(c.pending)))
 	}
 }
 
 // retryPending tells Redis, and every instance, of the changes it missed:
 // each code is read again from the primary (what is there now, not what
 // the edit saw: a later edit may have come since) and written as Change
-// would, but patiently (tellPatiently), up to tellsAtOnce at a time, so
-// that one slow answer does not hold the others back. A code that fails
-// again stays for the next try, and once one has failed no more are
-// begun in this try.
+// would, but patiently (pendingTellTimeout, past the breaker), and every
+// code in one pipeline: one round trip for all of them, however many.
+// (Until step 31 they went four at a time, each four a round trip, and
+// the first to fail stopped the rest: with seven codes waiting on a
+// loaded machine a try took 1.2 s, and a code could wait several tries.)
+// A code that fails stays for the next try.
 //
 // A code stays pending until it is told (so that this instance's lookups
 // of it keep going to the primary meanwhile), and is forgotten only if no
@@ -382,27 +385,15 @@ func (c *cachedStore) retryPending(ctx context.Context) {
 	if c.npending.Load() == 0 {
 		return
 	}
-	type kept struct {
-		code  string
-		stamp uint64
-	}
 	c.mu.Lock()
-	codes := make([]kept, 0, len(c.pending))
+	codes := make([]keptChange, 0, len(c.pending))
 	for code, stamp := range c.pending {
-		codes = append(codes, kept{code, stamp})
+		codes = append(codes, keptChange{code: code, stamp: stamp})
 	}
 	c.mu.Unlock()
 	primary := primaryOf(c.Store) // a replica may not have the change yet
-	patient := c.rdb.WithTimeout(pendingTellTimeout)
-	var (
-		wg     sync.WaitGroup
-		turns  = make(chan struct{}, tellsAtOnce)
-		failed atomic.Bool
-	)
+	tells := codes[:0]
 	for _, k := range codes {
-		if failed.Load() {
-			break // Redis failed again: the rest wait for the next try
-		}
 		t, err := primary.Lookup(ctx, k.code)
 		switch {
 		case errors.Is(err, ErrNotFound):
@@ -410,23 +401,76 @@ func (c *cachedStore) retryPending(ctx context.Context) {
 		case err != nil:
 			// Postgres failed: next time.
 		default:
-			turns <- struct{}{}
-			wg.Go(func() {
-				defer func() { <-turns }()
-				if failed.Load() {
-					return
-				}
-				if c.tellPatiently(ctx, patient, k.code, t) {
-					c.told(k.code, k.stamp)
-				} else {
-					failed.Store(true) // the code is kept
-				}
-			})
+			k.t = t
+			tells = append(tells, k)
 		}
 	}
-	wg.Wait()
+	if len(tells) == 0 {
+		return
+	}
+	patient := c.rdb.WithTimeout(pendingTellTimeout)
+	cctx, cancel := context.WithTimeout(ctx, pendingTellTimeout)
+	defer cancel()
+	stored, err := c.setAll(cctx, patient, tells)
+	for i, k := range tells {
+		switch {
+		case err != nil:
+			c.afterTell(ctx, k.code, err)
+		case stored[i]:
+			c.afterTell(ctx, k.code, nil)
+			c.told(k.code, k.stamp)
+		default:
+			// Redis holds a value that claims a newer version: set's
+			// own way, which believes it only if it opens.
+			if c.tellPatiently(ctx, patient, k.code, k.t) {
+				c.told(k.code, k.stamp)
+			}
+		}
+	}
 }
 
-// tellsAtOnce bounds the retries retryPending has waiting on Redis at
-// once: each holds a connection of the pool the requests use.
-const tellsAtOnce = 4
+// keptChange is a pending code as retryPending tells it: the stamp it was
+// kept with, and the link as the primary has it now.
+type keptChange struct {
+	code  string
+	stamp uint64
+	t     Target
+}
+
+// setAll runs cacheSetScript for each of changes, published, in one
+// pipeline through rdb, and says which were stored (false: Redis holds a
+// value that claims a newer version, which the caller checks). If Redis
+// has lost the script (a restart), it is loaded and the pipeline sent
+// once more. err is the first error: then none is known to be told.
+func (c *cachedStore) setAll(ctx context.Context, rdb *redis.Client, changes []keptChange) ([]bool, error) {
+	send := func() ([]*redis.Cmd, error) {
+		cmds := make([]*redis.Cmd, len(changes))
+		_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i, k := range changes {
+				key, args := c.setArgs(k.code, k.t, true, "")
+				cmds[i] = cacheSetScript.EvalSha(ctx, p, []string{key}, args...)
+			}
+			return nil
+		})
+		return cmds, err
+	}
+	cmds, err := send()
+	if errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT") {
+		if err := cacheSetScript.Load(ctx, rdb).Err(); err != nil {
+			return nil, err
+		}
+		cmds, err = send()
+	}
+	if err != nil {
+		return nil, err
+	}
+	stored := make([]bool, len(cmds))
+	for i, cmd := range cmds {
+		n, err := cmd.Int()
+		if err != nil {
+			return nil, err
+		}
+		stored[i] = n == 1
+	}
+	return stored, nil
+}

@@ -78,6 +78,7 @@ type metrics struct {
 	changes   *prometheus.CounterVec // edits and deletes, by op and result
 	inval     *prometheus.CounterVec // invalidations sent and received, by result
 	purges    prometheus.Counter     // local cache purged on (re)subscribing
+	pending   prometheus.Gauge       // changes not yet told to Redis
 	bloom     bloomMetrics
 	negHits   prometheus.Counter // lookups answered by the negative cache
 }
@@ -152,6 +153,8 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 		[]string{"result"})).(*prometheus.CounterVec)
 	m.purges = f(prometheus.NewCounter(prometheus.CounterOpts(opts("invalidation_purges_total",
 		"Times the whole local cache was emptied because the invalidation subscription was (re)made, or a message was dropped: what was published meanwhile is unknown.")))).(prometheus.Counter)
+	m.pending = f(prometheus.NewGauge(prometheus.GaugeOpts(opts("invalidations_pending",
+		"Links changed here whose change has not reached Redis yet, and so not the other instances, which may serve them as they were until it does: retried every 250 ms (step 29).")))).(prometheus.Gauge)
 	m.bloom.lookups = f(prometheus.NewCounterVec(prometheus.CounterOpts(opts("bloom_lookups_total",
 		"Lookups the Bloom filter answered, by result: no (unknown for sure, answered 404 with no query), maybe (passed to the store), untrusted (passed to the store because the filter is not built yet, or may be missing codes: see shortener_bloom_trusted).")),
 		[]string{"result"})).(*prometheus.CounterVec)
@@ -314,12 +317,16 @@ func (m *metrics) editCounter() editResults {
 	return func(op, result string) { m.changes.WithLabelValues(op, result).Inc() }
 }
 
-// invalidationCounts are the invalidations' counters (invalidate.go).
-type invalidationCounts struct{ sent, sendFailed, received, bad, dropped, purges counter }
+// invalidationCounts are the invalidations' counters (invalidate.go), and
+// the changes waiting to be told.
+type invalidationCounts struct {
+	sent, sendFailed, received, bad, dropped, purges counter
+	pending                                          gauge
+}
 
 func (m *metrics) invalidationCounts() invalidationCounts {
 	if m == nil {
-		return invalidationCounts{noCount{}, noCount{}, noCount{}, noCount{}, noCount{}, noCount{}}
+		return invalidationCounts{noCount{}, noCount{}, noCount{}, noCount{}, noCount{}, noCount{}, noGauge{}}
 	}
 	return invalidationCounts{
 		sent:       m.inval.WithLabelValues("sent"),
@@ -328,6 +335,7 @@ func (m *metrics) invalidationCounts() invalidationCounts {
 		bad:        m.inval.WithLabelValues("bad"),
 		dropped:    m.inval.WithLabelValues("dropped"),
 		purges:     m.purges,
+		pending:    m.pending,
 	}
 }
 

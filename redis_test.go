@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"errors"
@@ -83,7 +84,13 @@ type tcpProxy struct {
 	conns    []net.Conn
 	hushed   sync.Map     // see hush: the proxy's local port to the server → true
 	accepted atomic.Int64 // connections taken, refused ones not counted
+	asked    atomic.Int64 // reads from clients passed on that hold the word asked for (see ask)
+	word     atomic.Pointer[[]byte]
 }
+
+// ask makes asked count, from now on, the reads from clients that hold
+// word: the writes of a command, as the server takes them in.
+func (p *tcpProxy) ask(word string) { b := []byte(word); p.word.Store(&b) }
 
 func startProxy(t *testing.T, target string) *tcpProxy {
 	t.Helper()
@@ -126,16 +133,18 @@ func (p *tcpProxy) serve() {
 		p.conns = append(p.conns, out)
 		p.mu.Unlock()
 		port := out.LocalAddr().(*net.TCPAddr).Port
-		go p.pump(in, out, port)
-		go p.pump(out, in, port)
+		go p.pump(in, out, port, nil)
+		go p.pump(out, in, port, &p.asked)
 	}
 }
 
 // pump copies src to dst until either side fails, then closes both; while
 // the proxy is stalled it holds what it read, and once the connection is
-// hushed it drops it. An error here is a connection ending, which is what
-// the proxy exists to do.
-func (p *tcpProxy) pump(dst, src net.Conn, port int) {
+// hushed it drops it; each read passed on that holds p.word is counted in
+// reads, if given.
+// An error here is a connection ending, which is what the proxy exists to
+// do.
+func (p *tcpProxy) pump(dst, src net.Conn, port int, reads *atomic.Int64) {
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
@@ -149,6 +158,9 @@ func (p *tcpProxy) pump(dst, src net.Conn, port int) {
 			n = 0
 		}
 		if n > 0 && !p.closed.Load() {
+			if w := p.word.Load(); reads != nil && w != nil && bytes.Contains(buf[:n], *w) {
+				reads.Add(1)
+			}
 			if _, werr := dst.Write(buf[:n]); werr != nil {
 				err = werr
 			}

@@ -7,21 +7,27 @@
 # and feedrepublish. Each run prints the least bound its history meets: how
 # late the latest read on another instance was to see a change.
 #
-#   benchmarks/slowhistory.sh [-o FILE] [-r ROUNDS] [-b BUSY]
+#   benchmarks/slowhistory.sh [-o FILE] [-r ROUNDS] [-b BUSY] [-c REV] [-R]
 #
+# -R: both test binaries built with -race, as CI's suites run.
+# -c REV: the old arm is the tree of commit REV as it is (its code and its
+# test), not HEAD's with substitutions: docs/31 set step 30 against 31
+# with -c ':/^Step 30:'.
 # ROUNDS pairs (default 3), the order within a pair alternating. BUSY
 # busy loops (default 0) run beside each test, which then runs with
 # GOMAXPROCS=1, as in docs/27's busy runs. Environment: TEST_DATABASE_URL
 # and TEST_REDIS_URL (deploy/services.sh env prints them). About 3
 # minutes a pair.
 set -euo pipefail
-out='' rounds=3 busy=0
-while getopts o:r:b: opt; do
+out='' rounds=3 busy=0 rev='' race=''
+while getopts o:r:b:c:R opt; do
 	case $opt in
 	o) out=$OPTARG ;;
 	r) rounds=$OPTARG ;;
 	b) busy=$OPTARG ;;
-	*) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
+	c) rev=$OPTARG ;;
+	R) race=-race ;;
+	*) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
 	esac
 done
 : "${TEST_DATABASE_URL:?slowhistory.sh: set TEST_DATABASE_URL (deploy/services.sh env prints it)}"
@@ -38,9 +44,11 @@ cleanup() {
 }
 trap cleanup EXIT
 git -C "$repo" worktree add --detach "$work/new" HEAD >/dev/null
-git -C "$repo" worktree add --detach "$work/old" HEAD >/dev/null
+git -C "$repo" worktree add --detach "$work/old" "${rev:-HEAD}" >/dev/null
 undone=''
-for name in slowretry feedrepublish; do
+names='slowretry feedrepublish'
+[ -z "$rev" ] || names=''
+for name in $names; do
 	IFS='|' read -r _ file subst _ <<<"$(grep "^$name|" "$repo/benchmarks/unfix.sh")"
 	before=$(md5sum <"$work/old/$file")
 	perl -0777 -pi -e "$subst" "$work/old/$file"
@@ -49,7 +57,7 @@ for name in slowretry feedrepublish; do
 done
 gmp=''
 [ "$busy" = 0 ] || gmp=1
-for t in new old; do (cd "$work/$t" && go test -c -o "$work/$t.test" .); done
+for t in new old; do (cd "$work/$t" && go test $race -c -o "$work/$t.test" .); done
 for _ in $(seq "$busy"); do
 	sh -c 'while :; do :; done' &
 	loops+=($!)
@@ -60,16 +68,25 @@ run() { # ARM ROUND
 	start=$(date +%s)
 	(cd "$work/$1" && GOMAXPROCS=${gmp:-$(nproc)} "$work/$1.test" -test.count=1 -test.v -test.run '^TestHistoryUnderFaults$') >"$log" 2>&1 || rc=$?
 	echo "== round $2, $1: $([ $rc = 0 ] && echo ok || echo FAIL) after $(($(date +%s) - start)) s"
-	grep -E 'operations on|instance [0-9]:|least bound|not allowed|--- (PASS|FAIL)|_test\.go:[0-9]+:' "$log" | sort -u | head -12 | sed 's/^ */   /'
+	grep -E 'operations (in|on)|instance [0-9]:|least bound|not allowed|--- (PASS|FAIL)|_test\.go:[0-9]+:' "$log" | sort -u | head -12 | sed 's/^ */   /'
 }
 {
-	echo "# TestHistoryUnderFaults, Redis slowed for a span, in interleaved rounds: this commit's retry (new) and step 28's (old)"
-	echo "# made by:   benchmarks/slowhistory.sh -r $rounds -b $busy; commit $(git -C "$repo" rev-parse --short=12 HEAD)$(git -C "$repo" diff --quiet HEAD || echo ' (tree dirty)'), date $(date -u '+%Y-%m-%dT%H:%M:%SZ')"
+	if [ -n "$rev" ]; then
+		echo "# TestHistoryUnderFaults, Redis slowed for a span, in interleaved rounds: this commit (new) and $(git -C "$repo" log -1 --format='%h %s' "$rev") (old)"
+	else
+		echo "# TestHistoryUnderFaults, Redis slowed for a span, in interleaved rounds: this commit's retry (new) and step 28's (old)"
+	fi
+	echo "# made by:   benchmarks/slowhistory.sh -r $rounds -b $busy${rev:+ -c '$rev'}${race:+ -R}; commit $(git -C "$repo" rev-parse --short=12 HEAD)$(git -C "$repo" diff --quiet HEAD || echo ' (tree dirty)'), date $(date -u '+%Y-%m-%dT%H:%M:%SZ')"
 	echo "# machine:   $(machine_line)"
 	echo "# software:  $(go version | cut -d' ' -f3-); Postgres and Redis at TEST_DATABASE_URL and TEST_REDIS_URL"
-	echo "# old:       a worktree of HEAD with (benchmarks/unfix.sh slowretry, feedrepublish)$undone"
-	echo "# each:      the test binary of each tree, -test.run '^TestHistoryUnderFaults\$' -test.v; GOMAXPROCS=${gmp:-$(nproc)}; $busy busy loops beside it"
-	echo "#            the checker's bound is 5 s; 'least bound' is the least the run's history meets, to the millisecond"
+	if [ -n "$rev" ]; then
+		echo "# old:       a worktree of $(git -C "$repo" rev-parse --short=12 "$rev"), as it is"
+	else
+		echo "# old:       a worktree of HEAD with (benchmarks/unfix.sh slowretry, feedrepublish)$undone"
+	fi
+	echo "# each:      the test binary of each tree${race:+ (built with -race)}, -test.run '^TestHistoryUnderFaults\$' -test.v; GOMAXPROCS=${gmp:-$(nproc)}; $busy busy loops beside it"
+	echo "#            the checker's bound is 5 s at the clients' pace (since step 31, more on a machine that cannot keep it: the run says);"
+	echo "#            'least bound' is the least the run's history meets, to the millisecond"
 	echo "#"
 	for r in $(seq "$rounds"); do
 		if [ $((r % 2)) = 1 ]; then run new "$r"; run old "$r"; else run old "$r"; run new "$r"; fi

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# unfix.sh: each of step 27's fixes (and step 29's and 30's) undone, one at a
+# unfix.sh: each of step 27's fixes (and step 29's, 30's and 31's) undone, one at a
 # time, and the test written for it run against the result: a test that
 # passes with its fix undone proves nothing. For each: a copy of the
 # committed tree (git worktree, detached at HEAD), one substitution that
@@ -54,10 +54,11 @@ sentinelpw|redis.go|s/\n\t\tSentinelPassword: +sent\.password,//|TestRedisSentin
 sweep0|config.go|s/if cfg\.bloomSweep == 0 && cfg\.bloom/if false \&\& cfg.bloom/|TestLoadConfigRefusalsNameTheirVariable
 pendingread|cache.go|s/\tif c\.isPending\(code\) \{/\tif false \&\& c.isPending(code) {/|TestChangeWhileRedisDown
 replicadb|store_postgres.go|s/pqErr\.Code == "3D000" \x7c\x7c //|TestReplicaWaitsForDatabase
-slowretry|invalidate.go|s/\tpatient := c\.rdb\.WithTimeout\(pendingTellTimeout\)\n//; s/c\.tellPatiently\(ctx, patient, k\.code, t\)/c.tell(ctx, k.code, t)/|TestRetryOutwaitsASlowRedis
-impatient|invalidate.go|s/c\.rdb\.WithTimeout\(pendingTellTimeout\)/c.rdb.Client/; s/(cctx, cancel := context\.WithTimeout\(ctx, )pendingTellTimeout/$1c.rdb.timeout/|TestRetryOutwaitsASlowRedis
-askbreaker|invalidate.go|s/(func \(c \*cachedStore\) tellPatiently[^\n]*\n)/$1\tif ok, _ := c.rdb.breaker.allow(); !ok {\n\t\treturn c.afterTell(ctx, code, errors.New("breaker open"))\n\t}\n/|TestRetryOutwaitsASlowRedis
-slowhistory|invalidate.go|s/\tpatient := c\.rdb\.WithTimeout\(pendingTellTimeout\)\n//; s/c\.tellPatiently\(ctx, patient, k\.code, t\)/c.tell(ctx, k.code, t)/|TestHistoryUnderFaults
+slowretry|invalidate.go|s/\tpatient := c\.rdb\.WithTimeout\(pendingTellTimeout\)\n//; s/stored, err := c\.setAll\(cctx, patient, tells\)/stored, err := make([]bool, len(tells)), cctx.Err()/; s/c\.tellPatiently\(ctx, patient, k\.code, k\.t\)/c.tell(ctx, k.code, k.t)/|TestRetryOutwaitsASlowRedis
+impatient|invalidate.go|s/c\.rdb\.WithTimeout\(pendingTellTimeout\)/c.rdb.Client/; s/(cctx, cancel := context\.WithTimeout\(ctx, )pendingTellTimeout/$1c.rdb.timeout/g|TestRetryOutwaitsASlowRedis
+askbreaker|invalidate.go|s/(\tstored, err := c\.setAll\(cctx, patient, tells\)\n)/$1\tif ok, _ := c.rdb.breaker.allow(); !ok {\n\t\terr = errors.New("breaker open")\n\t}\n/|TestRetryOutwaitsASlowRedis
+slowhistory|invalidate.go|s/\tpatient := c\.rdb\.WithTimeout\(pendingTellTimeout\)\n//; s/stored, err := c\.setAll\(cctx, patient, tells\)/stored, err := make([]bool, len(tells)), cctx.Err()/; s/c\.tellPatiently\(ctx, patient, k\.code, k\.t\)/c.tell(ctx, k.code, k.t)/|TestHistoryUnderFaults
+pipeline|invalidate.go|s/stored, err := c\.setAll\(cctx, patient, tells\)/stored, err := make([]bool, len(tells)), cctx.Err()/|TestRetryTellsEveryCodeInOneRoundTrip
 feedrepublish|bloomfeed.go|s/f\.rdb\.WithTimeout\(pendingTellTimeout\)\.Pipelined/f.rdb.Pipelined/; s/(ctx, cancel := context\.WithTimeout\(ctx, )pendingTellTimeout\+/$1f.rdb.timeout+/|TestFeedRepublishOutwaitsASlowRedis
 listener|wire.go|s/listener := newLinkListener\(cfg\.databaseURL, cfg\.listenPing, bf, neg, m\.bloomCounts\(\), log\)\n\t\twg\.Go\(func\(\) \{ listener\.run\(bctx\) \}\)/_ = newLinkListener/|TestLinksFromElsewhereAreFound
 importlisten|wire.go|s/listener := newLinkListener\(cfg\.databaseURL, cfg\.listenPing, bf, neg, m\.bloomCounts\(\), log\)\n\t\twg\.Go\(func\(\) \{ listener\.run\(bctx\) \}\)/_ = newLinkListener/|TestImportedLinksAreFound
@@ -72,7 +73,7 @@ shutdown|linklisten.go|s/(func \(d \*listenDialer\) shutDown\(\) error \{\n)/$1\
 nodrops|invalidate.go|s/for _, d := range s\.drop \{\n\t\t\td\(msg\.Payload\)\n\t\t\}/_ = s.drop/|TestHistoryUnderFaults
 '
 {
-	echo "# step 27's, 29's and 30's fixes undone one at a time, each with the test written for it"
+	echo "# step 27's, 29's, 30's and 31's fixes undone one at a time, each with the test written for it"
 	echo "# made by:   benchmarks/unfix.sh $*; commit $(git -C "$repo" rev-parse --short=12 HEAD), date $(date -u '+%Y-%m-%dT%H:%M:%SZ')"
 	echo "# machine:   $(machine_line)"
 	echo "# software:  $(go version | cut -d' ' -f3-)"
