@@ -288,15 +288,27 @@ for part in $parts; do
 	# last one's status.
 	wait "$rp" || { echo "hosts.sh: vegeta (redirects) failed" >&2; exit 1; }
 	wait "$cp" || { echo "hosts.sh: vegeta (creates) failed" >&2; exit 1; }
+	ended=$SECONDS
 	wait "$wp"
 	rp='' cp='' wp=
 	vegeta encode --to json <"$tmp/red.bin" | "$tmp/timeline" -ok 302 -t0 "$t0" -mark "$mark" >"$tmp/red.txt"
 	vegeta encode --to json <"$tmp/cre.bin" | "$tmp/timeline" -ok 201 -t0 "$t0" -mark "$mark" -codes "$tmp/acked.txt" >"$tmp/cre.txt"
 	acked=$(grep -c . "$tmp/acked.txt" || true)
-	lost=$(deploy/hosts.sh psql -Atq -v ON_ERROR_STOP=1 \
+	# The count needs a primary, and just after the harm there can be
+	# none for a while: a standby being promoted, or (step 32's landing
+	# CI) a primary whose Patroni lost etcd and stopped it. Ask again for
+	# up to 60 s, and write down how long after the load's end it came.
+	ws=$SECONDS refusal=''
+	until lost=$(deploy/hosts.sh psql -Atq -v ON_ERROR_STOP=1 \
 		-c 'create temp table acked (code text)' \
 		-c "\\copy acked from '$tmp/acked.txt'" \
-		-c 'select count(*) from acked a where not exists (select 1 from links l where l.code = a.code)')
+		-c 'select count(*) from acked a where not exists (select 1 from links l where l.code = a.code)' 2>"$tmp/count.err"); do
+		((SECONDS - ws < 60)) || { cat "$tmp/count.err" >&2; echo "hosts.sh: no primary answered the count within 60 s of the load's end" >&2; exit 1; }
+		# What the first refusal said goes into the output, not away.
+		[ -n "$refusal" ] || refusal=$(head -n 1 "$tmp/count.err")
+		sleep 1
+	done
+	waited=$((SECONDS - ended))
 	rs=$SECONDS
 	deploy/hosts.sh restore "$v" 2>>"$tmp/restore.log" || { cat "$tmp/restore.log" >&2; exit 1; }
 	restored=$((SECONDS - rs))
@@ -311,6 +323,7 @@ for part in $parts; do
 		echo "before: $before"
 		echo "removed: $v at $(since "$mark") s: $(cat "$tmp/remove.log" | tail -n 1)"
 		echo "acknowledged creates (201): $acked; of them missing from the primary afterwards: $lost"
+		echo "counted: $waited s after the load ended (its results read, then a primary asked)${refusal:+; first refused: $refusal}"
 		echo "restore of $v (deploy/hosts.sh restore, until its app answers): $restored s; after: $(roles)"
 		echo
 		win=$(awk -v a="$mark" -v b="$c0" 'BEGIN { printf "%.2f", a - b }')
@@ -326,7 +339,7 @@ for part in $parts; do
 		echo "## creates (201 = ok)"
 		cat "$tmp/cre.txt"
 	} >"$f"
-	grep -E '^(removed|acknowledged|restore)' "$f"
+	grep -E '^(removed|acknowledged|counted|restore)' "$f"
 	echo "$part redirects: $(grep -E '^(total|failures)' "$tmp/red.txt" | tr '\n' ' ')"
 	echo "$part creates:   $(grep -E '^(total|failures)' "$tmp/cre.txt" | tr '\n' ' ')"
 	: >"$tmp/remove.log"

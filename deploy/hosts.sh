@@ -148,8 +148,18 @@ log:
 restapi:
   listen: $a:8008
   connect_address: $a:8008
+# Each Patroni asks only its own host's etcd member (use_proxies: no
+# discovery of the others). Given all three, it picks one, and when that
+# member's host is gone a request to it waits retry_timeout / 3 (1.33 s)
+# before the next member is tried. In step 32's landing CI the primary's
+# Postgres stopped while only its synchronous standby's host was removed,
+# on a starved machine (reasoned: its Patroni could not renew its leader
+# key within retry_timeout, 4 s; docs/32). Its own member is not lost
+# with another host; if that host led etcd, a write still waits for etcd
+# to elect another leader.
 etcd3:
-  hosts: $net.11:2379,$net.12:2379,$net.13:2379
+  hosts: $a:2379
+  use_proxies: true
 bootstrap:
   dcs:
     # The leader holds a key in etcd for ttl seconds and renews it every
@@ -166,6 +176,11 @@ bootstrap:
       use_pg_rewind: true
       parameters:
         wal_log_hints: "on"
+        # A primary that stops (fast) waits for each walsender to have its
+        # last WAL confirmed; one streaming to a removed host waits until
+        # this timeout (60 s by default), and the database answers "the
+        # system is shutting down" all that time.
+        wal_sender_timeout: 10s
         max_connections: 100
         shared_buffers: 128MB
   initdb:
