@@ -490,14 +490,18 @@ func TestHistoryUnderFaults(t *testing.T) {
 	t.Logf("%d operations in %v (%.2f × the pace's %v) on %d links through %d instances by %d clients, %d faults (Redis connections cut, cache emptied, in turn), Redis slow from operation %d to %d; bound %v; %v",
 		len(ops), took.Round(time.Millisecond), float64(took)/float64(minRun), minRun, links, len(bases), clients, faults.Load(), slowFrom, slowTo, bound.Round(time.Millisecond), count)
 	for i, m := range metrics {
-		t.Logf("instance %d: local cache hits %v, misses %v; invalidations sent %v, send failed %v, received %v, dropped %v; purges %v", i,
+		t.Logf("instance %d: local cache hits %v, misses %v; invalidations sent %v, send failed %v, received %v, dropped %v, late %v; purges %v; probes back %v, within 0.1 s %v, within 1 s %v", i,
 			seriesValue(t, m, `shortener_cache_lookups_total{cache="local",result="hit"}`),
 			seriesValue(t, m, `shortener_cache_lookups_total{cache="local",result="miss"}`),
 			seriesValue(t, m, `shortener_invalidations_total{result="sent"}`),
 			seriesValue(t, m, `shortener_invalidations_total{result="send_failed"}`),
 			seriesValue(t, m, `shortener_invalidations_total{result="received"}`),
 			seriesValue(t, m, `shortener_invalidations_total{result="dropped"}`),
-			seriesValue(t, m, "shortener_invalidation_purges_total"))
+			seriesValue(t, m, `shortener_invalidations_total{result="late"}`),
+			seriesValue(t, m, "shortener_invalidation_purges_total"),
+			seriesValue(t, m, "shortener_invalidation_lag_seconds_count"),
+			seriesValue(t, m, `shortener_invalidation_lag_seconds_bucket{le="0.1"}`),
+			seriesValue(t, m, `shortener_invalidation_lag_seconds_bucket{le="1"}`))
 	}
 	if count["edit 200"] == 0 || count["delete 204"] == 0 || count["read 302"] == 0 {
 		t.Fatalf("the history lacks edits, deletes or redirects (%v): it proves little", count)

@@ -74,11 +74,15 @@ type subscriber struct {
 	retry    func(context.Context) // cachedStore.retryPending; nil = none
 	retryNow chan struct{}         // a (re)subscription asks for a retry at once
 	counts   invalidationCounts
+	channel  string    // the codes' channel
+	lag      *lagWatch // probes through the subscription (lag.go)
 	bad      *sampledLog
 	lostLog  *sampledLog
+	lateLog  *sampledLog
+	probeLog *sampledLog
 	log      *slog.Logger
 	cancel   context.CancelFunc // ends a retry under way, at close
-	done     chan struct{}      // closed when run and retryLoop have returned
+	done     chan struct{}      // closed when run, retryLoop and lagLoop have returned
 }
 
 // subscriberSendTimeout is how long go-redis waits for room in the
@@ -143,16 +147,21 @@ const subscriberHealthCheck = 3 * time.Second
 
 // startSubscriber subscribes to channel and, until close, drops each code
 // published there from every drop, and calls every purge on each
-// (re)subscription. A Redis that does not answer now is not an error: the
-// subscription is made when it does.
+// (re)subscription and while it is behind by more than bound (lagBound
+// but in tests of something else; lag.go). A Redis that does not
+// answer now is not an error: the subscription is made when it does.
 func startSubscriber(rdb *guardedRedis, channel string, drop []func(string), purge []func(),
-	retry func(context.Context), counts invalidationCounts, log *slog.Logger) *subscriber {
+	retry func(context.Context), bound time.Duration, counts invalidationCounts, log *slog.Logger) *subscriber {
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &subscriber{
 		drop: drop, purge: purge, retry: retry, counts: counts, log: log,
+		channel:  channel,
+		lag:      newLagWatch(rdb.Client, channel, bound),
 		retryNow: make(chan struct{}, 1),
 		bad:      &sampledLog{log: log, every: 10 * time.Second},
 		lostLog:  &sampledLog{log: log, every: 10 * time.Second},
+		lateLog:  &sampledLog{log: log, every: 10 * time.Second},
+		probeLog: &sampledLog{log: log, every: 10 * time.Second},
 		cancel:   cancel,
 		done:     make(chan struct{}),
 	}
@@ -160,13 +169,14 @@ func startSubscriber(rdb *guardedRedis, channel string, drop []func(string), pur
 	// Subscribe sends SUBSCRIBE now if it can; if Redis is not there, the
 	// channel below keeps reconnecting (every 100 ms) until it is.
 	sctx, scancel := context.WithTimeout(ctx, rdb.timeout)
-	s.ps = rdb.Subscribe(sctx, channel)
+	s.ps = rdb.Subscribe(sctx, channel, s.lag.channel)
 	scancel()
 	msgs := s.ps.ChannelWithSubscriptions(redis.WithChannelHealthCheckInterval(subscriberHealthCheck),
 		redis.WithChannelSendTimeout(subscriberSendTimeout))
 	var wg sync.WaitGroup
 	wg.Go(func() { s.run(ctx, msgs) })
 	wg.Go(func() { s.retryLoop(ctx) })
+	wg.Go(func() { s.lagLoop(ctx) })
 	go func() {
 		wg.Wait()
 		close(s.done)
@@ -200,13 +210,14 @@ func (s *subscriber) retryLoop(ctx context.Context) {
 }
 
 // handle applies one message: a confirmed (re)subscription purges, a code
-// is dropped, anything else is counted and ignored.
+// is dropped, a probe is timed, anything else is counted and ignored.
 func (s *subscriber) handle(ctx context.Context, msg any) {
 	switch msg := msg.(type) {
 	case *redis.Subscription:
-		if msg.Kind != "subscribe" {
-			return
+		if msg.Kind != "subscribe" || msg.Channel != s.channel {
+			return // (the probe channel's is confirmed with it)
 		}
+		s.lag.reset()
 		for _, p := range s.purge {
 			p()
 		}
@@ -217,6 +228,10 @@ func (s *subscriber) handle(ctx context.Context, msg any) {
 		default: // one is asked for already
 		}
 	case *redis.Message:
+		if msg.Channel == s.lag.channel {
+			s.probe(ctx, msg.Payload)
+			return
+		}
 		// What comes from Redis is input: anyone who can publish there
 		// could send anything. A code is dropped, nothing else is done.
 		if !validCode(msg.Payload) {

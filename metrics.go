@@ -50,6 +50,11 @@ var createBatchBuckets = []float64{1, 2, 4, 8, 16, 32, 64, 128, 512}
 // its deadline (clickWriteTimeout, 5 s).
 var clickFlushBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5}
 
+// lagBuckets are for a probe's round trip through the invalidation
+// subscription (lag.go): about a millisecond when it keeps up, and past
+// lagBound (1 s) it is behind.
+var lagBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}
+
 // metrics is what the service measures about itself. A nil *metrics means
 // instrumentation off (METRICS_ADDR=off): its methods hand out counters
 // that count nothing, and the middleware that times requests is left out.
@@ -79,6 +84,7 @@ type metrics struct {
 	inval     *prometheus.CounterVec // invalidations sent and received, by result
 	purges    prometheus.Counter     // local cache purged on (re)subscribing
 	pending   prometheus.Gauge       // changes not yet told to Redis
+	invalLag  prometheus.Histogram   // probes' round trips through the subscription
 	bloom     bloomMetrics
 	negHits   prometheus.Counter // lookups answered by the negative cache
 }
@@ -149,10 +155,15 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 	m.inval = f(prometheus.NewCounterVec(prometheus.CounterOpts(opts("invalidations_total",
 		"Cache invalidations: sent (written to Redis and published after an edit), send_failed (Redis not reached: retried), "+
 			"received (a code from another instance, or this one, dropped from the local cache), bad (a message that is not a code, ignored), "+
-			"dropped (a message the Redis client dropped, its channel full: the local cache was purged).")),
+			"dropped (a message the Redis client dropped, its channel full: the local cache was purged), "+
+			"late (a probe this instance sent itself through the subscription was out for more than 1 s: the subscriber is behind, and the local cache was purged; counted every 250 ms while it is).")),
 		[]string{"result"})).(*prometheus.CounterVec)
 	m.purges = f(prometheus.NewCounter(prometheus.CounterOpts(opts("invalidation_purges_total",
-		"Times the whole local cache was emptied because the invalidation subscription was (re)made, or a message was dropped: what was published meanwhile is unknown.")))).(prometheus.Counter)
+		"Times the whole local cache was emptied because the invalidation subscription was (re)made, a message was dropped, or the subscriber was behind: what was published meanwhile is unknown, or not handled yet.")))).(prometheus.Counter)
+	m.invalLag = f(prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: metricsNamespace,
+		Name:    "invalidation_lag_seconds",
+		Help:    "How long the probes a subscriber sends itself every 250 ms took to come back through Redis, from their PUBLISH's return: the backlog of invalidations it has not handled yet (step 33). Past 1 s the local cache is purged (invalidations_total{result=\"late\"}).",
+		Buckets: lagBuckets})).(prometheus.Histogram)
 	m.pending = f(prometheus.NewGauge(prometheus.GaugeOpts(opts("invalidations_pending",
 		"Links changed here whose change has not reached Redis yet, and so not the other instances, which may serve them as they were until it does: retried every 250 ms (step 29).")))).(prometheus.Gauge)
 	m.bloom.lookups = f(prometheus.NewCounterVec(prometheus.CounterOpts(opts("bloom_lookups_total",
@@ -321,12 +332,14 @@ func (m *metrics) editCounter() editResults {
 // the changes waiting to be told.
 type invalidationCounts struct {
 	sent, sendFailed, received, bad, dropped, purges counter
+	late                                             counter  // ticks behind (lag.go)
+	lag                                              observer // probes' round trips
 	pending                                          gauge
 }
 
 func (m *metrics) invalidationCounts() invalidationCounts {
 	if m == nil {
-		return invalidationCounts{noCount{}, noCount{}, noCount{}, noCount{}, noCount{}, noCount{}, noGauge{}}
+		return invalidationCounts{noCount{}, noCount{}, noCount{}, noCount{}, noCount{}, noCount{}, noCount{}, noObserve{}, noGauge{}}
 	}
 	return invalidationCounts{
 		sent:       m.inval.WithLabelValues("sent"),
@@ -335,6 +348,8 @@ func (m *metrics) invalidationCounts() invalidationCounts {
 		bad:        m.inval.WithLabelValues("bad"),
 		dropped:    m.inval.WithLabelValues("dropped"),
 		purges:     m.purges,
+		late:       m.inval.WithLabelValues("late"),
+		lag:        m.invalLag,
 		pending:    m.pending,
 	}
 }

@@ -111,10 +111,12 @@ known_flakes=$(cat <<'FLAKES'
 30|TestEditSeenByEveryInstance|the same at step 30: the trigger tells every instance of a new link at its commit, but a create does not wait for that either (item 5, open)
 31|TestEditSeenByEveryInstance|the same at step 31 (item 5, open)
 32|TestEditSeenByEveryInstance|the same at step 32 (item 5, open)
+33|TestEditSeenByEveryInstance|the same at step 33 (item 5, open)
 27 28|TestHistoryUnderFaults|a known erratum of steps 27-28 on a busy machine: a retry of a change waited 50 ms for Redis, and the other instances served the link as it was past the test's 5 s; fixed in step 29
 27 28 29|TestSubscriberHearsDrops|a known erratum of steps 27-29 on a busy machine: a dropped message was counted before the local cache was purged, and the test looked up in between; fixed in step 30
 30|TestHistoryUnderFaults|at step 30 on CI's busiest run (GOMAXPROCS=1, cold caches): a change reached one instance 6.3 s after its edit, past the checker's 5 s wall-clock bound, with 16,000 operations taking 92 s against a 30 s pace; fixed in step 31
 31 32|TestHistoryUnderFaults|open: in step 32's first fresh rehearsal, at HEAD with GOMAXPROCS=1 and three of HEAD's suites at once, 16,000 operations took 179 s (5.97 x the pace) and instance 2 served a link 12-16 s after an edit, past the 8.7 s bound; cause not found (docs/32)
+33|TestHistoryUnderFaults|still open at step 33: its probes bound a subscriber that falls behind, one candidate cause, but no run here reached 6 x the pace, and none of nine starved runs with probes found a subscriber 1 s behind (docs/33)
 FLAKES
 )
 retry_known_flake() { # DIR LABEL OUTPUT: 0 if every failure was a known one at its steps and a retry of each passed

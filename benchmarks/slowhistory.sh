@@ -7,27 +7,31 @@
 # and feedrepublish. Each run prints the least bound its history meets: how
 # late the latest read on another instance was to see a change.
 #
-#   benchmarks/slowhistory.sh [-o FILE] [-r ROUNDS] [-b BUSY] [-c REV] [-R]
+#   benchmarks/slowhistory.sh [-o FILE] [-r ROUNDS] [-b BUSY] [-c REV] [-u NAMES] [-R]
 #
 # -R: both test binaries built with -race, as CI's suites run.
 # -c REV: the old arm is the tree of commit REV as it is (its code and its
 # test), not HEAD's with substitutions: docs/31 set step 30 against 31
 # with -c ':/^Step 30:'.
+# -u NAMES: the old arm is HEAD's tree with these of benchmarks/unfix.sh's
+# substitutions (default: slowretry feedrepublish); docs/33 set its probes
+# against none with -u noprobes.
 # ROUNDS pairs (default 3), the order within a pair alternating. BUSY
 # busy loops (default 0) run beside each test, which then runs with
 # GOMAXPROCS=1, as in docs/27's busy runs. Environment: TEST_DATABASE_URL
 # and TEST_REDIS_URL (deploy/services.sh env prints them). About 3
 # minutes a pair.
 set -euo pipefail
-out='' rounds=3 busy=0 rev='' race=''
-while getopts o:r:b:c:R opt; do
+out='' rounds=3 busy=0 rev='' race='' names='slowretry feedrepublish'
+while getopts o:r:b:c:u:R opt; do
 	case $opt in
 	o) out=$OPTARG ;;
 	r) rounds=$OPTARG ;;
 	b) busy=$OPTARG ;;
 	c) rev=$OPTARG ;;
+	u) names=$OPTARG ;;
 	R) race=-race ;;
-	*) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
+	*) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
 	esac
 done
 : "${TEST_DATABASE_URL:?slowhistory.sh: set TEST_DATABASE_URL (deploy/services.sh env prints it)}"
@@ -46,7 +50,6 @@ trap cleanup EXIT
 git -C "$repo" worktree add --detach "$work/new" HEAD >/dev/null
 git -C "$repo" worktree add --detach "$work/old" "${rev:-HEAD}" >/dev/null
 undone=''
-names='slowretry feedrepublish'
 [ -z "$rev" ] || names=''
 for name in $names; do
 	IFS='|' read -r _ file subst _ <<<"$(grep "^$name|" "$repo/benchmarks/unfix.sh")"
@@ -74,15 +77,15 @@ run() { # ARM ROUND
 	if [ -n "$rev" ]; then
 		echo "# TestHistoryUnderFaults, Redis slowed for a span, in interleaved rounds: this commit (new) and $(git -C "$repo" log -1 --format='%h %s' "$rev") (old)"
 	else
-		echo "# TestHistoryUnderFaults, Redis slowed for a span, in interleaved rounds: this commit's retry (new) and step 28's (old)"
+		echo "# TestHistoryUnderFaults, Redis slowed for a span, in interleaved rounds: this commit (new) and this commit with $names undone (old)"
 	fi
-	echo "# made by:   benchmarks/slowhistory.sh -r $rounds -b $busy${rev:+ -c '$rev'}${race:+ -R}; commit $(git -C "$repo" rev-parse --short=12 HEAD)$(git -C "$repo" diff --quiet HEAD || echo ' (tree dirty)'), date $(date -u '+%Y-%m-%dT%H:%M:%SZ')"
+	echo "# made by:   benchmarks/slowhistory.sh -r $rounds -b $busy${rev:+ -c '$rev'}$([ -n "$rev" ] || echo " -u '$names'")${race:+ -R}; commit $(git -C "$repo" rev-parse --short=12 HEAD)$(git -C "$repo" diff --quiet HEAD || echo ' (tree dirty)'), date $(date -u '+%Y-%m-%dT%H:%M:%SZ')"
 	echo "# machine:   $(machine_line)"
 	echo "# software:  $(go version | cut -d' ' -f3-); Postgres and Redis at TEST_DATABASE_URL and TEST_REDIS_URL"
 	if [ -n "$rev" ]; then
 		echo "# old:       a worktree of $(git -C "$repo" rev-parse --short=12 "$rev"), as it is"
 	else
-		echo "# old:       a worktree of HEAD with (benchmarks/unfix.sh slowretry, feedrepublish)$undone"
+		echo "# old:       a worktree of HEAD with (benchmarks/unfix.sh $names)$undone"
 	fi
 	echo "# each:      the test binary of each tree${race:+ (built with -race)}, -test.run '^TestHistoryUnderFaults\$' -test.v; GOMAXPROCS=${gmp:-$(nproc)}; $busy busy loops beside it"
 	echo "#            the checker's bound is 5 s at the clients' pace (since step 31, more on a machine that cannot keep it: the run says);"

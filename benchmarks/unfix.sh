@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# unfix.sh: each of step 27's fixes (and step 29's, 30's and 31's) undone, one at a
+# unfix.sh: each of step 27's fixes (and step 29's, 30's, 31's and 33's) undone, one at a
 # time, and the test written for it run against the result: a test that
 # passes with its fix undone proves nothing. For each: a copy of the
 # committed tree (git worktree, detached at HEAD), one substitution that
@@ -70,10 +70,13 @@ deaftrust|bloom.go|s/ && \(!b\.listens[^\n]*//|TestLinksAddedWhileDeafAreFound
 forged|linklisten.go|s/if validCode\(c\) \{/if c != "" {/|TestForgedNotificationsRedirectNowhere
 ping|linklisten.go|s/(func \(l \*linkListener\) pings\([^\n]*\n)/$1\treturn\n/|TestSilentListenerIsReplaced
 shutdown|linklisten.go|s/(func \(d \*listenDialer\) shutDown\(\) error \{\n)/$1\treturn nil\n/|TestListenerStopsWhilePostgresIsSilent
+lagpurge|lag.go|s/(func \(s \*subscriber\) behind\([^\n]*\n)\tfor _, p := range s\.purge \{\n\t\tp\(\)\n\t\}\n/$1/|TestSubscriberBehindPurges
+lagforged|lag.go|s/(\tat, ok := w\.out\[nonce\]\n\tif !ok \{\n)\t\treturn 0, false/$1\t\tclear(w.out)\n\t\treturn 0, true/|TestSubscriberBehindPurges
+noprobes|lag.go|s/(func \(s \*subscriber\) lagLoop\(ctx context\.Context\) \{\n)/$1\treturn\n/|TestSubscriberBehindPurges
 nodrops|invalidate.go|s/for _, d := range s\.drop \{\n\t\t\td\(msg\.Payload\)\n\t\t\}/_ = s.drop/|TestHistoryUnderFaults
 '
 {
-	echo "# step 27's, 29's, 30's and 31's fixes undone one at a time, each with the test written for it"
+	echo "# step 27's, 29's, 30's, 31's and 33's fixes undone one at a time, each with the test written for it"
 	echo "# made by:   benchmarks/unfix.sh $*; commit $(git -C "$repo" rev-parse --short=12 HEAD), date $(date -u '+%Y-%m-%dT%H:%M:%SZ')"
 	echo "# machine:   $(machine_line)"
 	echo "# software:  $(go version | cut -d' ' -f3-)"
