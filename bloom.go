@@ -130,9 +130,13 @@ type bloomStore struct {
 	// from the filter: run reads them from Postgres once the feed is up
 	// again. epoch counts the feed's failures, so that a resync that
 	// raced with a new one does not clear the gap.
-	feedUp  bool
-	gapFrom time.Time
-	epoch   uint64
+	feedUp bool
+	// feedUntil, when not zero, is when the feed's registration ends
+	// (live.go): past it the filter answers nothing, whatever run has
+	// heard yet, so that a timer firing late cannot stretch the trust.
+	feedUntil time.Time
+	gapFrom   time.Time
+	epoch     uint64
 	// sweptTo is a moment on Postgres's clock before which every
 	// committed code is in the filter (or in pending): the start of the
 	// last build or sweep that read them. Zero until the first build.
@@ -210,7 +214,7 @@ func (b *bloomStore) Link(ctx context.Context, code string) (Link, error) {
 // trusted and has never seen it.
 func (b *bloomStore) check(code string) bool {
 	b.mu.RLock()
-	trusted := b.trusted
+	trusted := b.trusted && (b.feedUntil.IsZero() || time.Now().Before(b.feedUntil))
 	maybe := !trusted || b.filter.TestString(code)
 	b.mu.RUnlock()
 	switch {
@@ -294,6 +298,13 @@ func (b *bloomStore) feedIsUp() {
 	b.setTrust()
 	b.mu.Unlock()
 	b.signal()
+}
+
+// feedTrustUntil says until when the feed's word holds (live.go).
+func (b *bloomStore) feedTrustUntil(t time.Time) {
+	b.mu.Lock()
+	b.feedUntil = t
+	b.mu.Unlock()
 }
 
 // expectListener says a listener (linklisten.go) will tell this filter

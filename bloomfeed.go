@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/rand"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -23,13 +24,16 @@ import (
 //  2. Each subscriber adds the code, drops it from its negative cache, and
 //     acknowledges: PUBLISH of the code on REDIS_KEY_PREFIX+"acks:"+<id>,
 //     which the creator alone subscribes to (on the same connection).
-//  3. The create waits for as many acknowledgements as PUBLISH counted, at
-//     most BLOOM_ACK_TIMEOUT, then answers 201: by then every instance
-//     that was listening knows the code, so a GET of the short link on
-//     any of them finds it. A timeout is counted and logged; the link is
-//     in Postgres either way, and the 201 goes out.
+//  3. The create waits for the acknowledgement of every instance
+//     registered (step 34, live.go: by id, each until its registration
+//     ends; by PUBLISH's count, for 50 ms at most, only if the
+//     registrations cannot be read), at most BLOOM_ACK_TIMEOUT, then
+//     answers 201: by then every instance knows the code or does not
+//     trust its filter, so a GET of the short link on any of them finds
+//     it. A timeout is counted and logged; the link is in Postgres either
+//     way, and the 201 goes out.
 //
-// An instance that is not listening is not counted, and must not trust
+// An instance that is not listening is not waited for, and must not trust
 // its filter: pub/sub keeps nothing for a subscriber that is away. So the
 // feed reports itself down (the filter passes every lookup through, the
 // negative cache empties) whenever its subscription is not known to work:
@@ -38,11 +42,13 @@ import (
 // again, the filter reads the codes created since the last healthy moment
 // from Postgres (a resync), and only then is trusted again.
 //
-// What stays open, and is counted: a create whose acknowledgements time
-// out while an instance's connection looks alive to Redis but is not (a
-// network cut the kernel has not seen yet). That instance may answer 404
-// for the new link until its missing PONG takes it down, feedPongTimeout
-// at most after the cut. And a create whose PUBLISH fails (the creator's
+// What stays open, and is counted: until step 34, a create whose
+// acknowledgements timed out while an instance's connection looked alive
+// to Redis but was not (a network cut the kernel has not seen yet); that
+// instance could answer 404 for the new link until its missing PONG took
+// it down. Since step 34 the create waits until that instance's
+// registration ends, when it stops trusting its filter (live.go). Still
+// open: a create whose PUBLISH fails (the creator's
 // own link to Redis, or its breaker) while the other instances' feeds
 // stay up: they may answer 404 for it until it is published again, or,
 // if the creator dies first, until the sweep (bloomsweep.go) finds it in
@@ -53,6 +59,7 @@ type codeFeed struct {
 	id         string        // this instance's id, in its messages
 	codes      string        // the channel creates are announced on
 	acks       string        // this instance's acknowledgement channel
+	live       string        // the hash of registrations (live.go)
 	ackPrefix  string        // + an id: another instance's
 	ackTimeout time.Duration
 	bloom      *bloomStore // nil with BLOOM=off
@@ -63,6 +70,7 @@ type codeFeed struct {
 	bad        *sampledLog // messages that are not what an instance sends
 
 	waiters ackWaiters
+	reg     *liveState   // this instance's registration (live.go)
 	outbox  chan feedAck // acknowledgements to send
 	pubq    chan *pubReq // codes to announce, to publishLoop
 
@@ -75,9 +83,11 @@ type codeFeed struct {
 	republishNow chan struct{}
 }
 
-// The feed's timing: a PING every second on the subscription's connection,
+// The feed's timing: a PING every livePingEvery (500 ms since step 34;
+// each PONG renews the registration) on the subscription's connection,
 // and the subscription counts as down if nothing (a PONG, a message)
-// arrives for two. Reconnecting waits from feedRetryMin, doubling to
+// arrives for feedPongTimeout. feedPingEvery is now sendLoop's tick
+// alone. Reconnecting waits from feedRetryMin, doubling to
 // feedRetryMax while Redis stays away.
 const (
 	feedPingEvery   = time.Second
@@ -108,8 +118,9 @@ func newCodeFeed(rdb *guardedRedis, auth *redisAuth, prefix string, ackTimeout t
 	if rdb != nil && auth == nil {
 		auth = randomRedisAuth()
 	}
-	return &codeFeed{
+	f := &codeFeed{
 		rdb: rdb, auth: auth, id: id, codes: prefix + "codes", acks: prefix + "acks:" + id, ackPrefix: prefix + "acks:",
+		live:       prefix + "feed:live",
 		ackTimeout: ackTimeout, bloom: bf, neg: neg, counts: counts, log: log,
 		warns:   &sampledLog{log: log, every: 10 * time.Second},
 		bad:     &sampledLog{log: log, every: 10 * time.Second},
@@ -119,6 +130,8 @@ func newCodeFeed(rdb *guardedRedis, auth *redisAuth, prefix string, ackTimeout t
 
 		republishNow: make(chan struct{}, 1),
 	}
+	f.reg = newLiveState(f)
+	return f
 }
 
 // created records a code that exists now, in this instance's filter and
@@ -152,7 +165,9 @@ func (f *codeFeed) down(lastHealthy time.Time) {
 }
 
 // announce tells every instance that code was just created (it is
-// committed), and returns once each has added it, or after ackTimeout.
+// committed), and returns once each registered instance has added it or
+// stopped trusting its filter (live.go), or after ackTimeout; by PUBLISH's
+// count, for countAckTimeout at most, if the registrations were not read.
 func (f *codeFeed) announce(ctx context.Context, code string) {
 	f.created(code)
 	if f.rdb == nil {
@@ -162,66 +177,100 @@ func (f *codeFeed) announce(ctx context.Context, code string) {
 	defer f.waiters.forget(code)
 	// Published even if the client has gone: the link exists, and the
 	// other instances must hear of it.
-	n, err := f.publish(context.WithoutCancel(ctx), code)
+	r, err := f.publish(context.WithoutCancel(ctx), code)
 	if err != nil {
 		f.counts.publishFailures.Inc()
 		f.keepUnsent(code)
 		f.warns.warn(ctx, "code feed: publish failed; the code is published again once redis answers", err)
 		return
 	}
-	t := time.NewTimer(f.ackTimeout)
+	if !f.reg.listening() {
+		// This instance's own subscription is not up (it is starting, or
+		// reconnecting): no acknowledgement can reach it, and a wait by id
+		// would last until each instance's registration ends or renews.
+		// It answers at once, counted, as step 33 did after 50 ms.
+		f.counts.ackTimeouts.Inc()
+		f.warns.warn(ctx, "code feed: create answered before every instance acknowledged its code",
+			errors.New("this instance's own subscription is not up: no acknowledgement can reach it"))
+		return
+	}
+	if r.live != nil { // step 34: every instance registered, by id (live.go)
+		t := time.NewTimer(f.ackTimeout)
+		defer t.Stop()
+		if !f.waitLive(ctx, w, r.live, r.at, t.C) {
+			f.counts.ackTimeouts.Inc()
+			f.warns.warn(ctx, "code feed: create answered before every instance acknowledged its code",
+				fmt.Errorf("%d of %d registered instances acknowledged in %v", f.waiters.count(w), len(r.live), f.ackTimeout))
+		}
+		return
+	}
+	// The registrations could not be read: as before step 34, as many
+	// acknowledgements as PUBLISH had receivers, for step 33's 50 ms at
+	// most (a subscriber that is not an instance would hold every create
+	// for the whole BLOOM_ACK_TIMEOUT).
+	wait := min(f.ackTimeout, countAckTimeout)
+	t := time.NewTimer(wait)
 	defer t.Stop()
 	select {
-	case <-f.waiters.wanted(w, n):
+	case <-f.waiters.wanted(w, r.n):
 	case <-t.C:
 		f.counts.ackTimeouts.Inc()
 		f.warns.warn(ctx, "code feed: create answered before every instance acknowledged its code",
-			fmt.Errorf("%d of %d acknowledgements in %v", f.waiters.count(w), n, f.ackTimeout))
+			fmt.Errorf("%d of %d acknowledgements in %v", f.waiters.count(w), r.n, wait))
 	case <-ctx.Done(): // the client is gone: nobody to answer
 	}
 }
 
+// countAckTimeout caps a create's wait by PUBLISH's count (the
+// registrations unread): step 33's default BLOOM_ACK_TIMEOUT.
+const countAckTimeout = 50 * time.Millisecond
+
 // pubReq is one code waiting to be announced, and, once done is closed,
-// what PUBLISH answered for it: how many subscribers received it.
+// what PUBLISH answered for it: how many subscribers received it, and the
+// instances registered as it was published (nil: not known; live.go).
 type pubReq struct {
 	code string
 	n    int
+	live map[string]time.Time // shared by the batch: read only
+	at   time.Time            // when the PUBLISH's reply came back
 	err  error
 	done chan struct{}
 }
 
-// publish announces code, and returns how many instances received it.
+// publish announces code, and returns its request once done: how many
+// subscribers received it, and the instances registered (live.go).
 // Step 18: not a round trip of its own. It hands the code to publishLoop,
-// which sends every code waiting in one pipeline, as sendLoop does with
+// which sends every code waiting in one script (a pipeline until step
+// 34), as sendLoop does with
 // the acknowledgements: under 50 concurrent creates, one PUBLISH per
 // create was a sixth of the app's CPU (docs/18). It waits at most twice
 // REDIS_TIMEOUT: the batch before its own, then its own (a batch is the
 // whole queue, at most).
-func (f *codeFeed) publish(ctx context.Context, code string) (int, error) {
+func (f *codeFeed) publish(ctx context.Context, code string) (*pubReq, error) {
 	r := &pubReq{code: code, done: make(chan struct{})}
 	t := time.NewTimer(2 * f.rdb.timeout)
 	defer t.Stop()
 	select {
 	case f.pubq <- r:
 	case <-t.C:
-		return 0, fmt.Errorf("code feed: publish %s: queue full for %v", code, 2*f.rdb.timeout)
+		return nil, fmt.Errorf("code feed: publish %s: queue full for %v", code, 2*f.rdb.timeout)
 	case <-ctx.Done():
-		return 0, fmt.Errorf("code feed: publish %s: %w", code, ctx.Err())
+		return nil, fmt.Errorf("code feed: publish %s: %w", code, ctx.Err())
 	}
 	select {
 	case <-r.done:
-		return r.n, r.err
+		return r, r.err
 	case <-t.C:
 		// publishLoop may still send it: a second announcement of a
 		// code only adds it again.
-		return 0, fmt.Errorf("code feed: publish %s: no answer within %v", code, 2*f.rdb.timeout)
+		return nil, fmt.Errorf("code feed: publish %s: no answer within %v", code, 2*f.rdb.timeout)
 	case <-ctx.Done():
-		return 0, fmt.Errorf("code feed: publish %s: %w", code, ctx.Err())
+		return nil, fmt.Errorf("code feed: publish %s: %w", code, ctx.Err())
 	}
 }
 
 // publishLoop publishes the codes handed to publish, as many as are
-// waiting (the whole queue, at most) in one pipeline, until ctx ends.
+// waiting (the whole queue, at most) in one script, until ctx ends.
 //
 // It goes to Redis even while the breaker is open: the breaker is shared
 // with the cache, and under load three Redis calls in a row past
@@ -233,9 +282,12 @@ func (f *codeFeed) publish(ctx context.Context, code string) (int, error) {
 // acknowledgements. It reads the breaker's clock instead of asking
 // allow(), and still tells the breaker the outcome: an answer closes it,
 // a failure counts.
+//
+// Step 34: one script reads the registrations and PUBLISHes the batch
+// (live.go), so that no instance registers between the two.
 func (f *codeFeed) publishLoop(ctx context.Context) {
 	batch := make([]*pubReq, 0, cap(f.pubq))
-	cmds := make([]*redis.IntCmd, 0, cap(f.pubq))
+	args := make([]any, 0, 2+cap(f.pubq))
 	for {
 		select {
 		case <-ctx.Done():
@@ -246,25 +298,55 @@ func (f *codeFeed) publishLoop(ctx context.Context) {
 		at := f.rdb.breaker.now()
 		// Not ctx: it ends at shutdown, after the last create.
 		pctx, cancel := context.WithTimeout(context.Background(), f.rdb.timeout)
-		cmds = cmds[:0]
-		_, err := f.rdb.Pipelined(pctx, func(p redis.Pipeliner) error {
-			for _, r := range batch {
-				cmds = append(cmds, p.Publish(pctx, f.codes, f.announcement(r.code)))
-			}
-			return nil
-		})
+		args = append(args[:0], f.codes, liveMaxBytes, liveMaxFields)
+		for _, r := range batch {
+			args = append(args, f.announcement(r.code))
+		}
+		sent := time.Now()
+		reply, err := livePublishScript.Run(pctx, f.rdb.Client, []string{f.live}, args...).Slice()
+		published := time.Now()
 		cancel()
 		f.rdb.breaker.done(at, err)
+		if err == nil && len(reply) != 1+len(batch) {
+			err = fmt.Errorf("%d replies for %d codes", len(reply), len(batch))
+		}
+		live, err := f.publishedLive(reply, err, sent)
 		for i, r := range batch {
-			if err := cmds[i].Err(); err != nil {
+			if err != nil {
 				r.err = fmt.Errorf("code feed: publish %s: %w", r.code, err)
+			} else if n, ok := reply[1+i].(int64); ok {
+				r.n, r.live, r.at = int(n), live, published
 			} else {
-				r.n = int(cmds[i].Val())
+				r.err = fmt.Errorf("code feed: publish %s: PUBLISH answered %T", r.code, reply[1+i])
 			}
 			close(r.done)
-			batch[i], cmds[i] = nil, nil
+			batch[i] = nil
 		}
+		clear(args)
 	}
+}
+
+// publishedLive reads the registrations from what the script returned
+// (nil if they were not read), as of sent, when the script was sent: one
+// good when Redis ran it counts, however late the reply (step 34's
+// fact-check found the reply's own lateness eating into liveMargin).
+// It keeps those to remove.
+func (f *codeFeed) publishedLive(reply []any, err error, sent time.Time) (map[string]time.Time, error) {
+	if err != nil {
+		return nil, err
+	}
+	if reply[0] == nil {
+		f.warns.warn(context.Background(), "code feed: registrations not read; creates wait for as many acknowledgements as PUBLISH had receivers",
+			fmt.Errorf("%s is over %d bytes or %d fields", f.live, liveMaxBytes, liveMaxFields))
+		return nil, nil
+	}
+	live, prune, perr := f.parseLive(reply[0], sent)
+	if perr != nil {
+		f.warns.warn(context.Background(), "code feed: registrations not read; creates wait for as many acknowledgements as PUBLISH had receivers", perr)
+		return nil, nil
+	}
+	f.reg.toPrune(prune)
+	return live, nil
 }
 
 func (f *codeFeed) keepUnsent(code string) {
@@ -288,6 +370,7 @@ func (f *codeFeed) run(ctx context.Context) {
 	defer wg.Wait()
 	wg.Go(func() { f.sendLoop(ctx) })
 	wg.Go(func() { f.publishLoop(ctx) })
+	wg.Go(func() { f.liveLoop(ctx) })
 	wait := feedRetryMin
 	for {
 		healthy, err := f.session(ctx)
@@ -327,33 +410,36 @@ func (f *codeFeed) session(ctx context.Context) (healthy bool, err error) {
 	// ends. (A second Close only returns an error saying it is closed.)
 	wg.Go(func() {
 		defer ps.Close() //nolint:errcheck // see above
-		t := time.NewTicker(feedPingEvery)
+		// Step 34: each PING's PONG renews this instance's registration
+		// (live.go); one goes at once when a new registration asks.
+		t := time.NewTicker(livePingEvery)
 		defer t.Stop()
 		for {
 			select {
 			case <-sctx.Done():
 				return
 			case <-t.C:
-				pctx, pcancel := context.WithTimeout(sctx, f.rdb.timeout)
-				err := ps.Ping(pctx)
-				pcancel()
-				if err != nil {
-					return
-				}
+			case <-f.reg.pingNow:
+			}
+			pctx, pcancel := context.WithTimeout(sctx, f.rdb.timeout)
+			err := ps.Ping(pctx, f.reg.pinging(time.Now()))
+			pcancel()
+			if err != nil {
+				return
 			}
 		}
 	})
 	subctx, subcancel := context.WithTimeout(ctx, f.rdb.timeout)
+	sent := time.Now()
 	err = ps.Subscribe(subctx, f.codes, f.acks)
 	subcancel()
 	if err != nil {
 		return false, fmt.Errorf("code feed: subscribe: %w", err)
 	}
 	confirmed := map[string]bool{}
-	var last time.Time // the last moment the subscription was seen working
 	defer func() {
 		if healthy && ctx.Err() == nil { // (at shutdown, nobody is left to mislead)
-			f.down(last)
+			f.reg.lost()
 		}
 	}()
 	for {
@@ -372,21 +458,24 @@ func (f *codeFeed) session(ctx context.Context) (healthy bool, err error) {
 				confirmed[m.Channel] = true
 			}
 			if len(confirmed) == 2 {
-				healthy, last = true, time.Now()
+				healthy = true
 				f.log.Info("code feed: subscribed", "channel", f.codes, "instance", f.id)
-				f.up()
+				// Up once registered and a PONG is back (live.go).
+				f.reg.confirmed(sent)
 				select { // sendLoop publishes them: this loop must not wait on Redis
 				case f.republishNow <- struct{}{}:
 				default: // asked already
 				}
 			}
 		case *redis.Pong:
-			if healthy {
-				last = time.Now()
-			}
+			// Only Redis writes a PONG on this connection, for a PING of
+			// this instance's; one it does not know (over eight PINGs
+			// late; a subscriber that far behind is not trusted anyway) is
+			// not counted.
+			f.reg.pong(m.Payload)
 		case *redis.Message:
 			if healthy {
-				last = time.Now()
+				f.reg.seen()
 			}
 			f.handle(m)
 		default:
@@ -413,7 +502,8 @@ func (f *codeFeed) handle(m *redis.Message) {
 		select {
 		case f.outbox <- feedAck{to: from, code: code}:
 		default:
-			// Its creator times out waiting, and counts it.
+			// Its creator waits until this instance renews from a later
+			// PING (live.go), or counts a timeout by count.
 			f.warns.warn(context.Background(), "code feed: acknowledgement queue full; dropping one",
 				fmt.Errorf("%d waiting", cap(f.outbox)))
 		}
@@ -538,7 +628,8 @@ func (f *codeFeed) sendLoop(ctx context.Context) {
 			})
 			cancel()
 			if err != nil {
-				// Their creators time out waiting, and count it.
+				// Their creators wait until this instance renews from a
+				// later PING (live.go).
 				f.warns.warn(ctx, "code feed: acknowledgements not sent", fmt.Errorf("%d acknowledgements: %w", len(batch), err))
 			}
 		}
@@ -590,11 +681,21 @@ type ackWaiters struct {
 
 // ackWait counts one create's acknowledgements, one per instance. They
 // can arrive before PUBLISH has said how many to expect (want is -1 until
-// then).
+// then). Step 34: need, if not nil, is the instances still waited for,
+// by id, each until its registration ends (live.go); want is then unused.
 type ackWait struct {
 	got, want int
-	from      map[string]struct{} // the instances counted
-	done      chan struct{}       // closed once got reaches want
+	from      map[string]struct{}  // the instances counted
+	need      map[string]time.Time // the registered instances not yet heard from
+	done      chan struct{}        // closed once got reaches want, or need is empty
+	closed    bool
+}
+
+func (w *ackWait) finish() {
+	if !w.closed {
+		w.closed = true
+		close(w.done)
+	}
 }
 
 func (a *ackWaiters) expect(code string) *ackWait {
@@ -622,8 +723,13 @@ func (a *ackWaiters) ack(code, from string) {
 		}
 		w.from[from] = struct{}{}
 		w.got++
-		if w.want >= 0 && w.got == w.want {
-			close(w.done)
+		if w.need != nil {
+			delete(w.need, from)
+			if len(w.need) == 0 {
+				w.finish()
+			}
+		} else if w.want >= 0 && w.got == w.want {
+			w.finish()
 		}
 	}
 }
@@ -635,9 +741,79 @@ func (a *ackWaiters) wanted(w *ackWait, n int) <-chan struct{} {
 	defer a.mu.Unlock()
 	w.want = n
 	if w.got >= n {
-		close(w.done)
+		w.finish()
 	}
 	return w.done
+}
+
+// wantIDs sets the instances w waits for (all in live but self), each
+// until its registration ends, and returns the channel closed once each
+// has acknowledged.
+func (a *ackWaiters) wantIDs(w *ackWait, live map[string]time.Time, self string) <-chan struct{} {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	w.need = make(map[string]time.Time, len(live))
+	for id, until := range live {
+		if _, seen := w.from[id]; !seen && id != self {
+			w.need[id] = until
+		}
+	}
+	if len(w.need) == 0 {
+		w.finish()
+	}
+	return w.done
+}
+
+// earliest is the first end of a registration w still waits on.
+func (a *ackWaiters) earliest(w *ackWait) (time.Time, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var first time.Time
+	for _, until := range w.need {
+		first = earliest(first, until)
+	}
+	return first, !first.IsZero()
+}
+
+// extend waits on for every instance w still needs, until at least t.
+func (a *ackWaiters) extend(w *ackWait, t time.Time) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for id, until := range w.need {
+		if until.Before(t) {
+			w.need[id] = t
+		}
+	}
+}
+
+// lapsed takes the registrations read again (live) at now: an instance
+// still waited for whose registration has ended is waited for no more
+// (it does not trust its filter: live.go), and is returned; one that
+// renewed from a PING sent over liveMargin after published has handled
+// the announcement (its acknowledgement was lost), and is waited for no
+// more either; one that renewed from an earlier PING is waited for until
+// its new end.
+func (a *ackWaiters) lapsed(w *ackWait, live map[string]time.Time, now, published time.Time) []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var gone []string
+	for id, until := range w.need {
+		switch renewed, ok := live[id]; {
+		case ok && renewed.Add(-liveTTL).After(published.Add(liveMargin)):
+			delete(w.need, id) // heard: see above
+		case ok && renewed.After(now):
+			w.need[id] = renewed
+		case until.After(now):
+			// read early (a clock's step): waited for until its end
+		default:
+			delete(w.need, id)
+			gone = append(gone, id)
+		}
+	}
+	if w.need != nil && len(w.need) == 0 {
+		w.finish()
+	}
+	return gone
 }
 
 // count is how many acknowledgements w has had.

@@ -266,21 +266,6 @@ func TestFeedPublishesPastOpenBreaker(t *testing.T) {
 	}
 }
 
-// TestFeedAckTimeout: a subscriber that never acknowledges (here, the
-// test's own) holds a create for BLOOM_ACK_TIMEOUT, no more, and the
-// timeout is counted.
-func TestFeedAckTimeout(t *testing.T) {
-	opts, prefix := testRedis(t)
-	rdb := openTestRedis(t, opts, testRedisTimeout, discardLog)
-	f := newTestFeed(t, rdb, prefix, time.Millisecond)
-	waitTrusted(t, f.tb.bloomStore, true)
-	subscribe(t, lookInto(t, opts), prefix+"codes")
-	f.announce(context.Background(), newCode())
-	if got := testutil.ToFloat64(f.tb.m.bloom.ackTimeouts); got != 1 {
-		t.Errorf("ack timeouts = %v, want 1", got)
-	}
-}
-
 // TestFeedPublishFails: with Redis gone, a create still returns, counts
 // the failure, and its code is published again once Redis answers.
 func TestFeedPublishFails(t *testing.T) {

@@ -137,8 +137,9 @@ type config struct {
 	// bloomFPRate is BLOOM_FP_RATE: the share of unknown codes the filter
 	// is sized to let through to the store anyway (false positives).
 	bloomFPRate float64
-	// bloomAckTimeout is BLOOM_ACK_TIMEOUT: how long a create waits for
-	// every instance to say it added the new code (bloomfeed.go).
+	// bloomAckTimeout is BLOOM_ACK_TIMEOUT: the most a create waits for
+	// every registered instance to say it added the new code
+	// (bloomfeed.go, live.go).
 	bloomAckTimeout time.Duration
 	// bloomSweep is BLOOM_SWEEP: how often the filter reads the codes
 	// created since the last time from Postgres, in case the feed
@@ -301,9 +302,13 @@ const defaultCreateBatch = 128
 // The Bloom filter's defaults. One unknown code in a hundred reaching the
 // store is the target for a flood (at most 1% to Postgres), and
 // costs about 9.6 bits a code: 24 MB for ten million codes sized at twice
-// that. A create waits up to 50 ms for the other instances to add its
-// code: a Redis round trip and a map write each, a few hundred
-// microseconds on a healthy network; past it the create answers anyway.
+// that. A create waits for every registered instance to add its code: a
+// Redis round trip and a map write each, a few hundred microseconds on a
+// healthy network, and for an instance that has died or fallen behind,
+// until its registration ends, 2 s at most (live.go). Until step 34 the
+// wait was 50 ms, and an instance whose acknowledgement came later could
+// answer 404 for the new link; the 5 s now only caps a wait that Redis
+// failing to answer would otherwise stretch.
 //
 // A code the feed failed to deliver is found by the sweep within 10 s: a
 // query every 10 s reading the last 15 s or so of creates, from the
@@ -314,7 +319,7 @@ const defaultCreateBatch = 128
 // round trip per instance every 5 s.
 const (
 	defaultBloomFPRate     = 0.01
-	defaultBloomAckTimeout = 50 * time.Millisecond
+	defaultBloomAckTimeout = 5 * time.Second
 	defaultBloomSweep      = 10 * time.Second
 	defaultListenPing      = 5 * time.Second
 )

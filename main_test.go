@@ -430,8 +430,14 @@ func TestRunRateLimitShared(t *testing.T) {
 		"REDIS_URL": fmt.Sprintf("redis://%s/%d", opts.Addr, opts.DB), "REDIS_KEY_PREFIX": prefix,
 		"CREATE_RATE": "1", "CREATE_BURST": "3",
 	}
-	a, _, _ := startRun(t, env)
-	b, _, _ := startRun(t, env)
+	a, _, alog := startRun(t, env)
+	b, _, blog := startRun(t, env)
+	// Each feed up and registered first (step 34): four creates must fit
+	// in the second one token takes to come back, and a create made while
+	// an instance is still subscribing can take longer.
+	for _, l := range []*syncBuffer{alog, blog} {
+		waitUntil(t, "the instance's Bloom filter to be trusted", func() bool { return strings.Contains(l.String(), "bloom filter trusted") })
+	}
 	for _, base := range []string{a, b, a} {
 		shorten(t, base, "https://go.dev/shared-limit")
 	}

@@ -95,6 +95,7 @@ type bloomMetrics struct {
 	lookups         *prometheus.CounterVec // by result: no, maybe, untrusted
 	falsePositives  prometheus.Counter
 	ackTimeouts     prometheus.Counter
+	ackLapsed       prometheus.Counter
 	publishFailures prometheus.Counter
 	resyncs         prometheus.Counter
 	badMessages     prometheus.Counter
@@ -173,6 +174,8 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 		"Lookups the Bloom filter said maybe to that the store then did not find.")))).(prometheus.Counter)
 	m.bloom.ackTimeouts = f(prometheus.NewCounter(prometheus.CounterOpts(opts("bloom_ack_timeouts_total",
 		"Creates answered before every instance said it had added the new code (BLOOM_ACK_TIMEOUT).")))).(prometheus.Counter)
+	m.bloom.ackLapsed = f(prometheus.NewCounter(prometheus.CounterOpts(opts("bloom_ack_lapsed_total",
+		"Instances a create stopped waiting for because their registration ended first: each had stopped trusting its filter (step 34).")))).(prometheus.Counter)
 	m.bloom.publishFailures = f(prometheus.NewCounter(prometheus.CounterOpts(opts("bloom_publish_failures_total",
 		"New codes that could not be published to the other instances at once (Redis failing); each is published again once Redis answers.")))).(prometheus.Counter)
 	m.bloom.resyncs = f(prometheus.NewCounter(prometheus.CounterOpts(opts("bloom_resyncs_total",
@@ -358,6 +361,7 @@ func (m *metrics) invalidationCounts() invalidationCounts {
 type bloomCounts struct {
 	no, maybe, untrusted, falsePositives      counter
 	ackTimeouts, publishFailures, badMessages counter
+	ackLapsed                                 counter
 	resyncs                                   counter
 	buildSeconds                              gauge
 	sweepsOK, sweepsFailed                    counter
@@ -375,7 +379,7 @@ func (noGauge) Set(float64) {}
 func (m *metrics) bloomCounts() bloomCounts {
 	if m == nil {
 		n := noCount{}
-		return bloomCounts{no: n, maybe: n, untrusted: n, falsePositives: n, ackTimeouts: n, publishFailures: n,
+		return bloomCounts{no: n, maybe: n, untrusted: n, falsePositives: n, ackTimeouts: n, ackLapsed: n, publishFailures: n,
 			badMessages: n, resyncs: n, buildSeconds: noGauge{}, sweepsOK: n, sweepsFailed: n, sweepCodes: n, sweepMissed: n,
 			notifiedCodes: n, notifiedAll: n, notifiedBad: n}
 	}
@@ -385,6 +389,7 @@ func (m *metrics) bloomCounts() bloomCounts {
 		untrusted:       m.bloom.lookups.WithLabelValues("untrusted"),
 		falsePositives:  m.bloom.falsePositives,
 		ackTimeouts:     m.bloom.ackTimeouts,
+		ackLapsed:       m.bloom.ackLapsed,
 		publishFailures: m.bloom.publishFailures,
 		badMessages:     m.bloom.badMessages,
 		resyncs:         m.bloom.resyncs,

@@ -51,6 +51,7 @@ type negCache struct {
 
 	mu      sync.RWMutex
 	up      bool             // read and filled only while up
+	until   int64            // and, when not 0, before until on now's clock (live.go)
 	entries map[string]int64 // code → expiry, on now's clock
 	queue   []negEntry       // in order of insertion, from head
 	head    int
@@ -80,7 +81,7 @@ func newNegCache(store Store, size int, ttl time.Duration, up bool, hits counter
 // found".
 func (n *negCache) Lookup(ctx context.Context, code string) (Target, error) {
 	n.mu.RLock()
-	up := n.up
+	up := n.inUse()
 	expires, cached := n.entries[code]
 	ticket := n.forgets
 	n.mu.RUnlock()
@@ -103,7 +104,7 @@ func (n *negCache) Lookup(ctx context.Context, code string) (Target, error) {
 func (n *negCache) remember(code string, ticket uint64) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if !n.up || n.forgets-ticket > negRecent {
+	if !n.inUse() || n.forgets-ticket > negRecent {
 		return
 	}
 	for i := ticket + 1; i <= n.forgets; i++ {
@@ -160,6 +161,16 @@ func (n *negCache) setUp(up bool) {
 		n.empty()
 	}
 	n.up = up
+}
+
+// inUse: up, and its feed's registration lasts (live.go). n.mu held.
+func (n *negCache) inUse() bool { return n.up && (n.until == 0 || n.now() < n.until) }
+
+// setUntil says until when the feed's word holds.
+func (n *negCache) setUntil(t time.Time) {
+	n.mu.Lock()
+	n.until = n.now() + time.Until(t).Nanoseconds()
+	n.mu.Unlock()
 }
 
 // clearAll forgets every code: creates happened that it was not told of

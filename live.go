@@ -1,0 +1,492 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Every live instance (step 34).
+//
+// Until step 34 a create waited for as many acknowledgements as its
+// PUBLISH had receivers. That count is the wrong one two ways: an
+// operator's `redis-cli SUBSCRIBE` is a receiver that never acknowledges
+// (every create waited the whole BLOOM_ACK_TIMEOUT), and an instance that
+// is slow, or still subscribed through a Redis that is no longer the
+// master, was counted as done once the timeout passed, and could answer
+// 404 for the new link.
+//
+// So each instance registers itself, in a hash of Redis
+// (REDIS_KEY_PREFIX+"feed:live": instance id -> "<until> <mac>"), and a
+// create waits for the acknowledgement of each instance registered, by
+// id. A registration says: this instance has handled everything
+// published before <until> − liveTTL. It is written from a PONG on the
+// feed's own subscription: Redis queues a PONG behind every message it
+// queued for that connection before the PING, so a PONG says the
+// instance has handled (and put in its filter) every code published
+// before its PING. A PING goes every livePingEvery. (The first of a
+// subscription is written from Redis's confirmation of the SUBSCRIBE:
+// nothing was queued before it.)
+//
+// The rule each side keeps:
+//
+//   - A create reads the registrations and PUBLISHes in one script, so
+//     no registration can land between the two. It waits for each
+//     instance registered until that instance acknowledges, or until its
+//     registration ends; then it reads them again, and waits on for
+//     those that renewed from a PING sent before the PUBLISH (one renewed
+//     from a PING sent over liveMargin after it has handled the code: its
+//     acknowledgement was lost). BLOOM_ACK_TIMEOUT caps the whole wait.
+//     Registrations are judged as of when the script was sent.
+//   - An instance trusts its Bloom filter and negative cache only while
+//     its registration lasts (by its own clock, liveMargin short of
+//     until, for the clocks' skew), and, after any lapse or a new
+//     subscription, only once a PONG comes back for a PING sent after its
+//     first registration returned: that PING went after every create that
+//     did not see the registration, so everything such a create published
+//     is handled by then.
+//
+// So when a create answers 201, every instance either has the code or is
+// not trusting its filter (reasoned, with clocks within liveMargin of each
+// other). A crashed instance holds creates for liveTTL at most; one that
+// stops cleanly removes its registration first.
+//
+// What comes back from the hash is input: anyone who can write to Redis
+// can write there. Each registration carries a MAC over the deployment's
+// key, the instance id and until: a forged one is ignored (and counted
+// bad); a copy of a genuine one is good only until its until, liveTTL
+// after it was made; the hash is read only while it is under
+// liveMaxBytes (else the create falls back to the PUBLISH's count, as
+// before step 34). Removing a registration makes creates not wait for
+// that instance until its next renewal, livePingEvery later: a window
+// where it may answer 404 for a new link (what one who can write to Redis
+// can do anyway by cutting the feed); it cannot make any instance serve a
+// changed or forged link.
+const (
+	livePingEvery = 500 * time.Millisecond
+	liveTTL       = 2 * time.Second
+	liveMargin    = 250 * time.Millisecond
+	// livePrune: a registration this long past its until, or one that does
+	// not verify, is removed by the next instance that renews its own.
+	livePrune    = time.Minute
+	liveMaxBytes = 64 << 10
+	// liveMaxFields: registrations read at most (a deployment has a few
+	// instances; a forger could add millions).
+	liveMaxFields = 512
+	// liveMaxPrune bounds the registrations removed at one renewal.
+	liveMaxPrune = 64
+)
+
+// livePublishScript reads the registrations, if the hash is small enough,
+// then publishes each announcement; it returns {registrations or nil,
+// receivers of each PUBLISH...}. ARGV: the channel, liveMaxBytes,
+// liveMaxFields, the announcements. HLEN first: it costs nothing, and
+// bounds what MEMORY USAGE reads (SAMPLES 0, every field: with the
+// default sample of five, one large value among many small ones can be
+// missed). MEMORY is called with pcall: a Redis whose ACL refuses it
+// (some hosted ones) gets creates that wait by PUBLISH's count, as before
+// step 34, not creates that fail.
+var livePublishScript = redis.NewScript(`
+local live = false
+if redis.call('HLEN', KEYS[1]) <= tonumber(ARGV[3]) then
+  local size = redis.pcall('MEMORY', 'USAGE', KEYS[1], 'SAMPLES', 0)
+  if not size or (type(size) == 'number' and size <= tonumber(ARGV[2])) then live = redis.call('HGETALL', KEYS[1]) end
+end
+local out = {live}
+for i = 4, #ARGV do out[#out + 1] = redis.call('PUBLISH', ARGV[1], ARGV[i]) end
+return out
+`)
+
+// liveReadScript reads the registrations, if the hash is small enough.
+var liveReadScript = redis.NewScript(`
+if redis.call('HLEN', KEYS[1]) > tonumber(ARGV[2]) then return false end
+local size = redis.pcall('MEMORY', 'USAGE', KEYS[1], 'SAMPLES', 0)
+if size and (type(size) ~= 'number' or size > tonumber(ARGV[1])) then return false end
+return redis.call('HGETALL', KEYS[1])
+`)
+
+// liveRegisterScript writes this instance's registration (ARGV: id,
+// value, liveMaxBytes, liveMaxFields, then field, value, ... to remove, each only if its
+// value is still the one given: one renewed meanwhile stays). A hash over
+// liveMaxBytes, which only a forger makes, is cleared first: the other
+// instances write theirs again within livePingEvery. (A missing key's
+// MEMORY USAGE is nil, which Lua reads as false.) It returns whether
+// it cleared the hash.
+var liveRegisterScript = redis.NewScript(`
+local cleared = 0
+local over = redis.call('HLEN', KEYS[1]) > tonumber(ARGV[4])
+if not over then
+  local size = redis.pcall('MEMORY', 'USAGE', KEYS[1], 'SAMPLES', 0)
+  over = type(size) == 'number' and size > tonumber(ARGV[3])
+end
+if over then
+  redis.call('DEL', KEYS[1])
+  cleared = 1
+end
+for i = 5, #ARGV, 2 do
+  if redis.call('HGET', KEYS[1], ARGV[i]) == ARGV[i + 1] then redis.call('HDEL', KEYS[1], ARGV[i]) end
+end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+return cleared
+`)
+
+// liveField is one registration read from the hash, as it was.
+type liveField struct{ id, value string }
+
+// registration is "<until, Unix milliseconds> <mac>".
+func (f *codeFeed) registration(until time.Time) string {
+	u := strconv.FormatInt(until.UnixMilli(), 10)
+	b := make([]byte, 0, len(u)+1+macTextLen)
+	b = append(b, u...)
+	b = append(b, ' ')
+	return string(f.auth.sum(b, "feed-live", f.live, f.id, u))
+}
+
+// parseLive reads the hash's fields and values (HGETALL's reply): the
+// registrations that verify and last past now, by id; and those to
+// remove (past until by livePrune, or not verifying).
+func (f *codeFeed) parseLive(reply any, now time.Time) (live map[string]time.Time, prune []liveField, err error) {
+	kv, ok := reply.([]any)
+	if !ok || len(kv)%2 != 0 {
+		return nil, nil, fmt.Errorf("code feed: registrations: unexpected reply %T", reply)
+	}
+	live = make(map[string]time.Time, len(kv)/2)
+	for i := 0; i < len(kv); i += 2 {
+		id, _ := kv[i].(string)
+		v, _ := kv[i+1].(string)
+		until, ok := f.verifyRegistration(id, v)
+		switch {
+		case !ok:
+			f.badMessage(fmt.Errorf("code feed: %s: registration %q = %q is not \"<until> <mac>\" with a MAC that verifies", f.live, clip(id), clip(v)))
+			prune = append(prune, liveField{id, v})
+		case until.After(now):
+			live[id] = until
+		case now.Sub(until) > livePrune:
+			prune = append(prune, liveField{id, v})
+		}
+	}
+	return live, prune, nil
+}
+
+func (f *codeFeed) verifyRegistration(id, v string) (time.Time, bool) {
+	u, mac, found := strings.Cut(v, " ")
+	ms, ok := parseDecimal(u, 15)
+	if !found || !ok || !validInstanceID(id) || !f.auth.verify(mac, "feed-live", f.live, id, u) {
+		return time.Time{}, false
+	}
+	return time.UnixMilli(ms), true
+}
+
+// readLive reads the registrations again (a create whose instance's
+// registration ended before it acknowledged), and returns them with the
+// moment the script was sent, as of which they are judged.
+func (f *codeFeed) readLive(ctx context.Context) (map[string]time.Time, time.Time, error) {
+	ctx, cancel := context.WithTimeout(ctx, f.rdb.timeout)
+	defer cancel()
+	// Registrations are judged as of the moment the script was sent: one
+	// that was good when Redis ran it counts, however late the reply.
+	sent := time.Now()
+	reply, err := liveReadScript.Run(ctx, f.rdb.Client, []string{f.live}, liveMaxBytes, liveMaxFields).Result()
+	if err == redis.Nil {
+		return nil, sent, fmt.Errorf("code feed: registrations: %s is over %d bytes or %d fields", f.live, liveMaxBytes, liveMaxFields)
+	}
+	if err != nil {
+		return nil, sent, fmt.Errorf("code feed: registrations: %w", err)
+	}
+	live, prune, err := f.parseLive(reply, sent)
+	f.reg.toPrune(prune)
+	return live, sent, err
+}
+
+// waitLive waits for the acknowledgement of each instance in live, until
+// its registration ends (reading them again then), at most until cap.
+// published is when the PUBLISH's reply came back: an instance whose
+// registration, read again, comes from a PING sent more than liveMargin
+// after published has handled the announcement (its PONG came behind
+// it), and counts as heard even if its acknowledgement was lost. It returns
+// whether every instance still registered was heard.
+func (f *codeFeed) waitLive(ctx context.Context, w *ackWait, live map[string]time.Time, published time.Time, cap <-chan time.Time) bool {
+	// Not for this instance's own: announce has added the code here.
+	done := f.waiters.wantIDs(w, live, f.id)
+	for {
+		next, ok := f.waiters.earliest(w)
+		if !ok {
+			return true
+		}
+		t := time.NewTimer(time.Until(next))
+		select {
+		case <-done:
+			t.Stop()
+			return true
+		case <-cap:
+			t.Stop()
+			return false
+		case <-ctx.Done():
+			t.Stop()
+			return true // the client is gone: nobody to answer
+		case <-t.C:
+		}
+		now, sent, err := f.readLive(ctx)
+		if err != nil {
+			// Nothing known: wait on for the instance, until the cap.
+			f.warns.warn(ctx, "code feed: registrations not read again; the create waits on", err)
+			f.waiters.extend(w, time.Now().Add(livePingEvery))
+			continue
+		}
+		// As of sent, not of the reply: a late reply must not make a
+		// registration that was good when Redis read it look ended
+		// (step 34's second fact-check).
+		for _, id := range f.waiters.lapsed(w, now, sent, published) {
+			f.counts.ackLapsed.Inc()
+			f.warns.warn(ctx, "code feed: an instance's registration ended before it acknowledged a create; it does not trust its filter",
+				fmt.Errorf("instance %s", id))
+		}
+	}
+}
+
+// liveState is this instance's registration, and whether it may trust
+// its filter: what the subscription (session), the renewals (liveLoop)
+// and the clock say, in one place.
+type liveState struct {
+	mu        sync.Mutex
+	f         *codeFeed
+	session   uint64    // counts subscriptions; a renewal is for one
+	sessionUp bool      // the subscription is confirmed and working
+	last      time.Time // its last sign of life
+	caught    time.Time // the latest moment the subscriber was seen caught up, not yet written
+	runFrom   time.Time // when this run's first registration returned; zero: none
+	until     time.Time // the registration's end, as written
+	trusting  bool      // a PONG for a PING sent after runFrom came back
+	up        bool      // what up() or down() last said
+	prune     []liveField
+	wake      chan struct{}
+	pingNow   chan struct{}
+	pings     [8]sentPing // the last PINGs sent
+	nping     int
+}
+
+// sentPing is a PING's payload, and when it went.
+type sentPing struct {
+	payload string
+	at      time.Time
+}
+
+func newLiveState(f *codeFeed) *liveState {
+	return &liveState{f: f, wake: make(chan struct{}, 1), pingNow: make(chan struct{}, 1)}
+}
+
+func signalOnce(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default: // asked already
+	}
+}
+
+// pinging records a PING's payload before it is sent.
+func (s *liveState) pinging(at time.Time) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p := sentPing{strconv.FormatInt(at.UnixNano(), 10), at}
+	s.pings[s.nping%len(s.pings)] = p
+	s.nping++
+	return p.payload
+}
+
+// confirmed: Redis confirmed the subscription asked for at sent; nothing
+// was published to it before, so it is caught up as of then.
+func (s *liveState) confirmed(sent time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.session++
+	s.sessionUp, s.last, s.caught = true, time.Now(), sent
+	s.runFrom, s.trusting = time.Time{}, false
+	signalOnce(s.wake)
+}
+
+// pong: a PONG came back. Only one for a PING this instance sent counts.
+func (s *liveState) pong(payload string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var sent time.Time
+	for _, p := range s.pings {
+		if p.payload == payload && payload != "" {
+			sent = p.at
+		}
+	}
+	if sent.IsZero() || !s.sessionUp {
+		return false
+	}
+	s.last = time.Now()
+	if sent.After(s.caught) {
+		s.caught = sent
+	}
+	if !s.runFrom.IsZero() && sent.After(s.runFrom) {
+		s.trusting = true
+		s.apply()
+	}
+	signalOnce(s.wake)
+	return true
+}
+
+// listening: the subscription is confirmed and working, so that
+// acknowledgements reach this instance.
+func (s *liveState) listening() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.sessionUp
+}
+
+// seen: a message came; the subscription works.
+func (s *liveState) seen() {
+	s.mu.Lock()
+	s.last = time.Now()
+	s.mu.Unlock()
+}
+
+// lost: the subscription ended.
+func (s *liveState) lost() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.sessionUp, s.trusting, s.runFrom, s.caught = false, false, time.Time{}, time.Time{}
+	s.apply()
+}
+
+// apply says up or down when what the filter may do changed. s.mu held.
+func (s *liveState) apply() {
+	now := time.Now()
+	if !s.until.IsZero() && !now.Before(s.until.Add(-liveMargin)) && !s.runFrom.IsZero() {
+		s.runFrom, s.trusting = time.Time{}, false // lapsed: a new run
+	}
+	up := s.sessionUp && s.trusting && now.Before(s.until.Add(-liveMargin))
+	if up == s.up {
+		return
+	}
+	s.up = up
+	if up {
+		s.f.trustUntil(s.until.Add(-liveMargin))
+		s.f.up()
+		return
+	}
+	// The last moment it was known to have everything: its last sign of
+	// life, or the PING its registration came from, if earlier.
+	last := s.last
+	if !s.until.IsZero() {
+		last = earliest(last, s.until.Add(-liveTTL))
+	}
+	s.f.down(last)
+}
+
+func (s *liveState) toPrune(p []liveField) {
+	if len(p) == 0 {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if room := liveMaxPrune - len(s.prune); room > 0 {
+		s.prune = append(s.prune, p[:min(room, len(p))]...)
+	}
+}
+
+// liveLoop writes this instance's registration each time the subscriber
+// is seen caught up, says down when it lapses, and removes it when ctx
+// ends.
+func (f *codeFeed) liveLoop(ctx context.Context) {
+	s := f.reg
+	t := time.NewTimer(time.Hour)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			f.deregister()
+			return
+		case <-s.wake:
+		case <-t.C:
+		}
+		s.mu.Lock()
+		caught, session, prune := s.caught, s.session, s.prune
+		s.caught, s.prune = time.Time{}, nil
+		s.mu.Unlock()
+		if !caught.IsZero() {
+			f.renew(ctx, caught, session, prune)
+		}
+		s.mu.Lock()
+		s.apply()
+		next := time.Hour
+		if s.up {
+			next = time.Until(s.until.Add(-liveMargin))
+		}
+		s.mu.Unlock()
+		t.Reset(next)
+	}
+}
+
+// renew writes a registration lasting liveTTL from caught, and removes
+// the stale ones given.
+func (f *codeFeed) renew(ctx context.Context, caught time.Time, session uint64, prune []liveField) {
+	until := caught.Add(liveTTL)
+	if !time.Now().Before(until.Add(-liveMargin)) {
+		return // too late to be of use: the subscriber is behind
+	}
+	rctx, cancel := context.WithTimeout(ctx, f.rdb.timeout)
+	defer cancel()
+	args := make([]any, 0, 4+2*len(prune))
+	args = append(args, f.id, f.registration(until), liveMaxBytes, liveMaxFields)
+	for _, l := range prune {
+		args = append(args, l.id, l.value)
+	}
+	cleared, err := liveRegisterScript.Run(rctx, f.rdb.Client, []string{f.live}, args...).Int()
+	if err != nil {
+		f.warns.warn(ctx, "code feed: registration not written; this instance stops trusting its filter when the last one ends", err)
+		return
+	}
+	if cleared == 1 {
+		f.badMessage(fmt.Errorf("code feed: %s was over %d bytes: cleared, and this instance registered again", f.live, liveMaxBytes))
+	}
+	s := f.reg
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if session != s.session || !s.sessionUp {
+		return // for a subscription that has ended
+	}
+	returned := time.Now()
+	newRun := s.runFrom.IsZero() || !returned.Before(s.until.Add(-liveMargin))
+	if newRun {
+		// A new run: trusted only once a PING sent from now on is back.
+		// Creates may have stopped waiting for this instance already.
+		s.runFrom, s.trusting = returned, false
+		signalOnce(s.pingNow)
+	}
+	if until.After(s.until) {
+		s.until = until
+	}
+	if !newRun && s.up {
+		s.f.trustUntil(s.until.Add(-liveMargin))
+	}
+	s.apply() // a new run takes the trust away now, not at liveLoop's next turn
+}
+
+// trustUntil passes the registration's end, less liveMargin, to the
+// filter and the negative cache: each checks it at every lookup.
+func (f *codeFeed) trustUntil(t time.Time) {
+	if f.bloom != nil {
+		f.bloom.feedTrustUntil(t)
+	}
+	if f.neg != nil {
+		f.neg.setUntil(t)
+	}
+}
+
+// deregister removes this instance's registration as it stops, so that
+// creates stop waiting for it at once.
+func (f *codeFeed) deregister() {
+	ctx, cancel := context.WithTimeout(context.Background(), f.rdb.timeout)
+	defer cancel()
+	if err := f.rdb.HDel(ctx, f.live, f.id).Err(); err != nil {
+		f.log.Warn("code feed: registration not removed; creates wait for this instance until it ends", "err", err, "within", liveTTL)
+	}
+}
