@@ -37,8 +37,9 @@ import (
 // its filter: pub/sub keeps nothing for a subscriber that is away. So the
 // feed reports itself down (the filter passes every lookup through, the
 // negative cache empties) whenever its subscription is not known to work:
-// before Redis confirms it, after any error on its connection, and when a
-// PING on it gets no answer within feedPongTimeout. When it is confirmed
+// before Redis confirms it, after any error on its connection, and when
+// nothing arrives on it for feedPongTimeout (a probe every
+// livePingEvery). When it is confirmed
 // again, the filter reads the codes created since the last healthy moment
 // from Postgres (a resync), and only then is trusted again.
 //
@@ -46,7 +47,7 @@ import (
 // acknowledgements timed out while an instance's connection looked alive
 // to Redis but was not (a network cut the kernel has not seen yet); that
 // instance could answer 404 for the new link until its missing PONG took
-// it down. Since step 34 the create waits until that instance's
+// it down (step 34; a probe since step 35). Since step 34 the create waits until that instance's
 // registration ends, when it stops trusting its filter (live.go). Still
 // open: a create whose PUBLISH fails (the creator's
 // own link to Redis, or its breaker) while the other instances' feeds
@@ -60,6 +61,7 @@ type codeFeed struct {
 	codes      string        // the channel creates are announced on
 	acks       string        // this instance's acknowledgement channel
 	live       string        // the hash of registrations (live.go)
+	probes     string        // this instance's probe channel (live.go, step 35)
 	ackPrefix  string        // + an id: another instance's
 	ackTimeout time.Duration
 	bloom      *bloomStore // nil with BLOOM=off
@@ -83,10 +85,11 @@ type codeFeed struct {
 	republishNow chan struct{}
 }
 
-// The feed's timing: a PING every livePingEvery (500 ms since step 34;
-// each PONG renews the registration) on the subscription's connection,
-// and the subscription counts as down if nothing (a PONG, a message)
-// arrives for feedPongTimeout. feedPingEvery is now sendLoop's tick
+// The feed's timing: a probe every livePingEvery (500 ms since step 34;
+// each that comes back renews the registration: a PING on the
+// subscription's connection until step 35, a PUBLISH through the client
+// since), and the subscription counts as down if nothing (a probe, a
+// message) arrives for feedPongTimeout. feedPingEvery is now sendLoop's tick
 // alone. Reconnecting waits from feedRetryMin, doubling to
 // feedRetryMax while Redis stays away.
 const (
@@ -121,6 +124,7 @@ func newCodeFeed(rdb *guardedRedis, auth *redisAuth, prefix string, ackTimeout t
 	f := &codeFeed{
 		rdb: rdb, auth: auth, id: id, codes: prefix + "codes", acks: prefix + "acks:" + id, ackPrefix: prefix + "acks:",
 		live:       prefix + "feed:live",
+		probes:     prefix + "feed:probe:" + id,
 		ackTimeout: ackTimeout, bloom: bf, neg: neg, counts: counts, log: log,
 		warns:   &sampledLog{log: log, every: 10 * time.Second},
 		bad:     &sampledLog{log: log, every: 10 * time.Second},
@@ -406,14 +410,16 @@ func (f *codeFeed) session(ctx context.Context) (healthy bool, err error) {
 		wg.Wait()
 	}()
 	// Closing the PubSub ends a Receive under way with an error: the
-	// pinger does so when a PING cannot be sent, and when the session
-	// ends. (A second Close only returns an error saying it is closed.)
+	// prober does so when its probes reach no subscription of this
+	// instance's, and when the session ends. (A second Close only returns an error saying it is closed.)
 	wg.Go(func() {
 		defer ps.Close() //nolint:errcheck // see above
-		// Step 34: each PING's PONG renews this instance's registration
-		// (live.go); one goes at once when a new registration asks.
+		// Each probe that comes back renews this instance's registration
+		// (live.go); one goes at once when a new registration asks. Until
+		// step 35 a PING on the subscription's own connection did.
 		t := time.NewTicker(livePingEvery)
 		defer t.Stop()
+		nobody := 0
 		for {
 			select {
 			case <-sctx.Done():
@@ -421,17 +427,33 @@ func (f *codeFeed) session(ctx context.Context) (healthy bool, err error) {
 			case <-t.C:
 			case <-f.reg.pingNow:
 			}
-			pctx, pcancel := context.WithTimeout(sctx, f.rdb.timeout)
-			err := ps.Ping(pctx, f.reg.pinging(time.Now()))
-			pcancel()
-			if err != nil {
-				return
+			if !f.reg.listening() {
+				continue // not confirmed yet: a probe would reach nobody
+			}
+			switch n, err := f.probe(sctx); {
+			case err != nil:
+				// Nothing renewed: this instance stops trusting its
+				// filter when its registration ends.
+				nobody = 0 // two in a row, with nothing between
+				f.warns.warn(sctx, "code feed: probe not published", err)
+			case n == 0:
+				// The server this instance's client writes to has no
+				// subscription of this instance's: the subscription is on
+				// another (after a failover, go-redis moves the client, not
+				// the subscription). Twice in a row (a probe may race a
+				// reconnection), the session ends and subscribes again,
+				// through the client's current master.
+				if nobody++; nobody >= 2 {
+					f.log.Warn("code feed: probes reach no subscription of this instance's on the server the client writes to; subscribing again", "probes", nobody)
+					return
+				}
+			default:
+				nobody = 0
 			}
 		}
 	})
 	subctx, subcancel := context.WithTimeout(ctx, f.rdb.timeout)
-	sent := time.Now()
-	err = ps.Subscribe(subctx, f.codes, f.acks)
+	err = ps.Subscribe(subctx, f.codes, f.acks, f.probes)
 	subcancel()
 	if err != nil {
 		return false, fmt.Errorf("code feed: subscribe: %w", err)
@@ -454,25 +476,19 @@ func (f *codeFeed) session(ctx context.Context) (healthy bool, err error) {
 				// what was published in between is lost.
 				return true, fmt.Errorf("code feed: subscribed again (%s %s): messages may be lost", m.Kind, m.Channel)
 			}
-			if m.Kind == "subscribe" && (m.Channel == f.codes || m.Channel == f.acks) {
+			if m.Kind == "subscribe" && (m.Channel == f.codes || m.Channel == f.acks || m.Channel == f.probes) {
 				confirmed[m.Channel] = true
 			}
-			if len(confirmed) == 2 {
+			if len(confirmed) == 3 {
 				healthy = true
 				f.log.Info("code feed: subscribed", "channel", f.codes, "instance", f.id)
-				// Up once registered and a PONG is back (live.go).
-				f.reg.confirmed(sent)
+				// Up once registered and a probe is back (live.go).
+				f.reg.confirmed()
 				select { // sendLoop publishes them: this loop must not wait on Redis
 				case f.republishNow <- struct{}{}:
 				default: // asked already
 				}
 			}
-		case *redis.Pong:
-			// Only Redis writes a PONG on this connection, for a PING of
-			// this instance's; one it does not know (over eight PINGs
-			// late; a subscriber that far behind is not trusted anyway) is
-			// not counted.
-			f.reg.pong(m.Payload)
 		case *redis.Message:
 			if healthy {
 				f.reg.seen()
@@ -503,10 +519,18 @@ func (f *codeFeed) handle(m *redis.Message) {
 		case f.outbox <- feedAck{to: from, code: code}:
 		default:
 			// Its creator waits until this instance renews from a later
-			// PING (live.go), or counts a timeout by count.
+			// probe (live.go), or counts a timeout by count.
 			f.warns.warn(context.Background(), "code feed: acknowledgement queue full; dropping one",
 				fmt.Errorf("%d waiting", cap(f.outbox)))
 		}
+	case f.probes:
+		// Anyone may publish here: only a nonce this instance sent, and
+		// still remembers, counts (a copy comes behind its original).
+		if !isNonce(m.Payload) {
+			f.badMessage(fmt.Errorf("code feed: %s: %d bytes that are not a probe", m.Channel, len(m.Payload)))
+			return
+		}
+		f.reg.pong(m.Payload)
 	case f.acks:
 		code, from, ok := f.parseAck(m.Payload)
 		if !ok {
@@ -629,7 +653,7 @@ func (f *codeFeed) sendLoop(ctx context.Context) {
 			cancel()
 			if err != nil {
 				// Their creators wait until this instance renews from a
-				// later PING (live.go).
+				// later probe (live.go).
 				f.warns.warn(ctx, "code feed: acknowledgements not sent", fmt.Errorf("%d acknowledgements: %w", len(batch), err))
 			}
 		}
@@ -671,156 +695,6 @@ func (f *codeFeed) republish(ctx context.Context) {
 		return
 	}
 	f.log.Info("code feed: published again the codes redis had refused", "codes", len(codes))
-}
-
-// ackWaiters are the creates waiting for acknowledgements, by code.
-type ackWaiters struct {
-	mu sync.Mutex
-	m  map[string]*ackWait
-}
-
-// ackWait counts one create's acknowledgements, one per instance. They
-// can arrive before PUBLISH has said how many to expect (want is -1 until
-// then). Step 34: need, if not nil, is the instances still waited for,
-// by id, each until its registration ends (live.go); want is then unused.
-type ackWait struct {
-	got, want int
-	from      map[string]struct{}  // the instances counted
-	need      map[string]time.Time // the registered instances not yet heard from
-	done      chan struct{}        // closed once got reaches want, or need is empty
-	closed    bool
-}
-
-func (w *ackWait) finish() {
-	if !w.closed {
-		w.closed = true
-		close(w.done)
-	}
-}
-
-func (a *ackWaiters) expect(code string) *ackWait {
-	w := &ackWait{want: -1, from: make(map[string]struct{}), done: make(chan struct{})}
-	a.mu.Lock()
-	a.m[code] = w
-	a.mu.Unlock()
-	return w
-}
-
-func (a *ackWaiters) forget(code string) {
-	a.mu.Lock()
-	delete(a.m, code)
-	a.mu.Unlock()
-}
-
-// ack counts an acknowledgement of code by the instance from, once; one
-// for a create no longer waiting (it timed out) is dropped.
-func (a *ackWaiters) ack(code, from string) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if w := a.m[code]; w != nil {
-		if _, seen := w.from[from]; seen {
-			return
-		}
-		w.from[from] = struct{}{}
-		w.got++
-		if w.need != nil {
-			delete(w.need, from)
-			if len(w.need) == 0 {
-				w.finish()
-			}
-		} else if w.want >= 0 && w.got == w.want {
-			w.finish()
-		}
-	}
-}
-
-// wanted sets how many acknowledgements w waits for, and returns the
-// channel closed once they are in.
-func (a *ackWaiters) wanted(w *ackWait, n int) <-chan struct{} {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	w.want = n
-	if w.got >= n {
-		w.finish()
-	}
-	return w.done
-}
-
-// wantIDs sets the instances w waits for (all in live but self), each
-// until its registration ends, and returns the channel closed once each
-// has acknowledged.
-func (a *ackWaiters) wantIDs(w *ackWait, live map[string]time.Time, self string) <-chan struct{} {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	w.need = make(map[string]time.Time, len(live))
-	for id, until := range live {
-		if _, seen := w.from[id]; !seen && id != self {
-			w.need[id] = until
-		}
-	}
-	if len(w.need) == 0 {
-		w.finish()
-	}
-	return w.done
-}
-
-// earliest is the first end of a registration w still waits on.
-func (a *ackWaiters) earliest(w *ackWait) (time.Time, bool) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	var first time.Time
-	for _, until := range w.need {
-		first = earliest(first, until)
-	}
-	return first, !first.IsZero()
-}
-
-// extend waits on for every instance w still needs, until at least t.
-func (a *ackWaiters) extend(w *ackWait, t time.Time) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	for id, until := range w.need {
-		if until.Before(t) {
-			w.need[id] = t
-		}
-	}
-}
-
-// lapsed takes the registrations read again (live) at now: an instance
-// still waited for whose registration has ended is waited for no more
-// (it does not trust its filter: live.go), and is returned; one that
-// renewed from a PING sent over liveMargin after published has handled
-// the announcement (its acknowledgement was lost), and is waited for no
-// more either; one that renewed from an earlier PING is waited for until
-// its new end.
-func (a *ackWaiters) lapsed(w *ackWait, live map[string]time.Time, now, published time.Time) []string {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	var gone []string
-	for id, until := range w.need {
-		switch renewed, ok := live[id]; {
-		case ok && renewed.Add(-liveTTL).After(published.Add(liveMargin)):
-			delete(w.need, id) // heard: see above
-		case ok && renewed.After(now):
-			w.need[id] = renewed
-		case until.After(now):
-			// read early (a clock's step): waited for until its end
-		default:
-			delete(w.need, id)
-			gone = append(gone, id)
-		}
-	}
-	if w.need != nil && len(w.need) == 0 {
-		w.finish()
-	}
-	return gone
-}
-
-// count is how many acknowledgements w has had.
-func (a *ackWaiters) count(w *ackWait) int {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return w.got
 }
 
 // announcingStore is a Store whose creates are announced: a Save that

@@ -59,7 +59,23 @@ type cachedStore struct {
 	pending  map[string]uint64
 	stamp    uint64
 	npending atomic.Int64
+	// recent are the codes changed here lately, with when (c.mu): told
+	// again after each resubscription (resendRecent, step 35).
+	recent map[string]time.Time
 }
+
+// recentWindow is how long a told change is told again after a
+// resubscription, and maxRecent how many are kept. A Sentinel failover
+// can lose what the old master took after it last replicated, or after
+// a replica was promoted and before the old master was made a replica
+// (which discards its data): the subscriber's connection to it ends then,
+// and its new subscription, to the new master, tells those changes again.
+// REDIS_WAIT_REPLICAS covers most of it; this covers a replica promoted
+// that was not among those that acknowledged (reasoned, docs/35).
+const (
+	recentWindow = 30 * time.Second
+	maxRecent    = 1024
+)
 
 // maxPending bounds the codes a cachedStore keeps to tell Redis about.
 const maxPending = 10_000
@@ -96,6 +112,7 @@ func newCachedStore(store Store, rdb *guardedRedis, o cacheOptions, log *slog.Lo
 		counts:  o.counts,
 		inval:   o.inval,
 		pending: make(map[string]uint64),
+		recent:  make(map[string]time.Time),
 	}
 }
 

@@ -89,6 +89,10 @@ type config struct {
 	// size); its address is not used.
 	redisSentinels []string
 	redisMaster    string
+	// redisWaitReplicas is REDIS_WAIT_REPLICAS: the replicas a change
+	// and a feed registration must reach (WAIT) before they count
+	// (step 35).
+	redisWaitReplicas int
 	// redisSentinelUser and redisSentinelPassword are
 	// REDIS_SENTINEL_USERNAME and REDIS_SENTINEL_PASSWORD: what the
 	// Sentinels ask of a client (their requirepass, or an ACL user), which
@@ -539,6 +543,17 @@ func loadConfig(getenv func(string) string) (config, error) {
 	}
 	if cfg.redisSentinelUser != "" && cfg.redisSentinelPassword == "" {
 		env.fail("REDIS_SENTINEL_PASSWORD", "", "REDIS_SENTINEL_USERNAME needs a password")
+	}
+	// Step 35: with Sentinels, a failover can promote a replica that
+	// never got a write; a change and a registration count only once a
+	// replica has them.
+	defWait := 0
+	if len(cfg.redisSentinels) > 0 {
+		defWait = 1
+	}
+	cfg.redisWaitReplicas = env.intIn("REDIS_WAIT_REPLICAS", defWait, 0, maxWaitReplicas)
+	if cfg.redisWaitReplicas > 0 && cfg.redis == nil && getenv("REDIS_WAIT_REPLICAS") != "" {
+		env.fail("REDIS_WAIT_REPLICAS", getenv("REDIS_WAIT_REPLICAS"), "is for a Redis with replicas: set REDIS_URL or REDIS_SENTINELS")
 	}
 	cfg.bloom = env.oneOf("BLOOM", "on", "on", "off") == "on"
 	defCodes := "random"

@@ -202,6 +202,7 @@ func TestLoadConfig(t *testing.T) {
 		{"sentinels", map[string]string{"REDIS_SENTINELS": "10.0.0.1:26379, [::1]:26380", "REDIS_MASTER": "shortener"}, func() config {
 			c := defaultConfig()
 			c.redis, c.redisSentinels, c.redisMaster = &redis.Options{}, []string{"10.0.0.1:26379", "[::1]:26380"}, "shortener"
+			c.redisWaitReplicas = 1 // its default with Sentinels (step 35)
 			return c
 		}(), false},
 		{"sentinels and redis url", map[string]string{"REDIS_SENTINELS": "h:26379", "REDIS_MASTER": "m", "REDIS_URL": "redis://:pw@ignored:1/2"}, func() config {
@@ -211,6 +212,7 @@ func TestLoadConfig(t *testing.T) {
 				panic(err) // a constant URL: a bug in this table
 			}
 			c.redis, c.redisSentinels, c.redisMaster = o, []string{"h:26379"}, "m"
+			c.redisWaitReplicas = 1
 			return c
 		}(), false},
 		{"sentinels with their own password", map[string]string{"REDIS_SENTINELS": "h:26379", "REDIS_MASTER": "m",
@@ -218,8 +220,25 @@ func TestLoadConfig(t *testing.T) {
 			c := defaultConfig()
 			c.redis, c.redisSentinels, c.redisMaster = &redis.Options{}, []string{"h:26379"}, "m"
 			c.redisSentinelUser, c.redisSentinelPassword = "watcher", "s3cret"
+			c.redisWaitReplicas = 1
 			return c
 		}(), false},
+		{"sentinels waiting for no replica", map[string]string{"REDIS_SENTINELS": "h:26379", "REDIS_MASTER": "m", "REDIS_WAIT_REPLICAS": "0"}, func() config {
+			c := defaultConfig()
+			c.redis, c.redisSentinels, c.redisMaster = &redis.Options{}, []string{"h:26379"}, "m"
+			return c
+		}(), false},
+		{"redis url waiting for two replicas", map[string]string{"REDIS_URL": "redis://h:1/0", "REDIS_WAIT_REPLICAS": "2"}, func() config {
+			c := defaultConfig()
+			o, err := redis.ParseURL("redis://h:1/0")
+			if err != nil {
+				panic(err) // a constant URL: a bug in this table
+			}
+			c.redis, c.redisWaitReplicas = o, 2
+			return c
+		}(), false},
+		{"wait replicas without redis", map[string]string{"REDIS_WAIT_REPLICAS": "1"}, config{}, true},
+		{"wait replicas too many", map[string]string{"REDIS_URL": "redis://h:1/0", "REDIS_WAIT_REPLICAS": "17"}, config{}, true},
 		{"sentinel password without sentinels", map[string]string{"REDIS_URL": "redis://h:1/0", "REDIS_SENTINEL_PASSWORD": "s3cret"}, config{}, true},
 		{"sentinel user without password", map[string]string{"REDIS_SENTINELS": "h:26379", "REDIS_MASTER": "m", "REDIS_SENTINEL_USERNAME": "watcher"}, config{}, true},
 		{"bloom sweep off with redis", map[string]string{"DATABASE_URL": "postgres://h/db", "REDIS_URL": "redis://h:1/0", "BLOOM_SWEEP": "0"}, config{}, true},

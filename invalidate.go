@@ -68,10 +68,15 @@ const pendingTellTimeout = 2 * time.Second
 // goroutine of its own (retryLoop). Before step 27 both ran on one, and up
 // to 10,000 serial re-reads could hold the channel full (issue 24, item 4).
 type subscriber struct {
-	ps       *redis.PubSub
+	newPS    func(context.Context) *redis.PubSub // subscribes, through the client's current master
+	psMu     sync.Mutex
+	ps       *redis.PubSub       // the current subscription, nil while resubscribe replaces it; s.psMu
+	again    bool                // resubscribe asked for a new one; s.psMu
+	closing  bool                // close has begun; s.psMu
 	drop     []func(code string) // each cache layer that listens
 	purge    []func()
 	retry    func(context.Context) // cachedStore.retryPending; nil = none
+	resend   func(context.Context) // cachedStore.resendRecent, at each subscription; nil = none
 	retryNow chan struct{}         // a (re)subscription asks for a retry at once
 	counts   invalidationCounts
 	channel  string    // the codes' channel
@@ -151,10 +156,10 @@ const subscriberHealthCheck = 3 * time.Second
 // but in tests of something else; lag.go). A Redis that does not
 // answer now is not an error: the subscription is made when it does.
 func startSubscriber(rdb *guardedRedis, channel string, drop []func(string), purge []func(),
-	retry func(context.Context), bound time.Duration, counts invalidationCounts, log *slog.Logger) *subscriber {
+	retry, resend func(context.Context), bound time.Duration, counts invalidationCounts, log *slog.Logger) *subscriber {
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &subscriber{
-		drop: drop, purge: purge, retry: retry, counts: counts, log: log,
+		drop: drop, purge: purge, retry: retry, resend: resend, counts: counts, log: log,
 		channel:  channel,
 		lag:      newLagWatch(rdb.Client, channel, bound),
 		retryNow: make(chan struct{}, 1),
@@ -167,14 +172,15 @@ func startSubscriber(rdb *guardedRedis, channel string, drop []func(string), pur
 	}
 	subscribers.add(s)
 	// Subscribe sends SUBSCRIBE now if it can; if Redis is not there, the
-	// channel below keeps reconnecting (every 100 ms) until it is.
-	sctx, scancel := context.WithTimeout(ctx, rdb.timeout)
-	s.ps = rdb.Subscribe(sctx, channel, s.lag.channel)
-	scancel()
-	msgs := s.ps.ChannelWithSubscriptions(redis.WithChannelHealthCheckInterval(subscriberHealthCheck),
-		redis.WithChannelSendTimeout(subscriberSendTimeout))
+	// channel run reads keeps reconnecting (every 100 ms) until it is.
+	s.newPS = func(ctx context.Context) *redis.PubSub {
+		sctx, scancel := context.WithTimeout(ctx, rdb.timeout)
+		defer scancel()
+		return rdb.Subscribe(sctx, channel, s.lag.channel)
+	}
+	s.ps = s.newPS(ctx)
 	var wg sync.WaitGroup
-	wg.Go(func() { s.run(ctx, msgs) })
+	wg.Go(func() { s.run(ctx) })
 	wg.Go(func() { s.retryLoop(ctx) })
 	wg.Go(func() { s.lagLoop(ctx) })
 	go func() {
@@ -184,10 +190,48 @@ func startSubscriber(rdb *guardedRedis, channel string, drop []func(string), pur
 	return s
 }
 
-// run hands each message to handle until the PubSub is closed.
-func (s *subscriber) run(ctx context.Context, msgs <-chan any) {
-	for msg := range msgs {
-		s.handle(ctx, msg)
+// run hands each message to handle until close. When the current
+// subscription is closed by resubscribe, it makes a new one: a new
+// connection, through the client's current master.
+func (s *subscriber) run(ctx context.Context) {
+	s.psMu.Lock()
+	ps := s.ps
+	s.psMu.Unlock()
+	for {
+		msgs := ps.ChannelWithSubscriptions(redis.WithChannelHealthCheckInterval(subscriberHealthCheck),
+			redis.WithChannelSendTimeout(subscriberSendTimeout))
+		for msg := range msgs {
+			s.handle(ctx, msg)
+		}
+		s.psMu.Lock()
+		if s.closing || !s.again {
+			// Closed by close, or by the client's own close: done, as
+			// before step 35.
+			s.psMu.Unlock()
+			return
+		}
+		s.again = false
+		ps = s.newPS(ctx)
+		s.ps = ps
+		s.psMu.Unlock()
+	}
+}
+
+// resubscribe closes the current subscription; run makes a new one,
+// whose confirmation purges as every (re)subscription does.
+func (s *subscriber) resubscribe(ctx context.Context) {
+	s.psMu.Lock()
+	ps := s.ps
+	if s.closing || ps == nil {
+		s.psMu.Unlock()
+		return
+	}
+	s.ps, s.again = nil, true // close closes only what run makes next
+	s.psMu.Unlock()
+	s.counts.resubscribed.Inc()
+	s.log.Warn("invalidations: probes reach no subscription of this subscriber's on the server the client writes to (a redis failover); subscribing again")
+	if err := ps.Close(); err != nil {
+		s.probeLog.warn(ctx, "invalidations: closing the old subscription", err)
 	}
 }
 
@@ -222,6 +266,9 @@ func (s *subscriber) handle(ctx context.Context, msg any) {
 			p()
 		}
 		s.counts.purges.Inc()
+		if s.resend != nil {
+			s.resend(ctx)
+		}
 		s.log.Info("invalidations: subscribed; local cache purged", "channel", msg.Channel)
 		select {
 		case s.retryNow <- struct{}{}:
@@ -251,7 +298,14 @@ func (s *subscriber) handle(ctx context.Context, msg any) {
 func (s *subscriber) close() error {
 	subscribers.remove(s)
 	s.cancel()
-	err := s.ps.Close()
+	s.psMu.Lock()
+	s.closing = true
+	ps := s.ps
+	s.psMu.Unlock()
+	var err error
+	if ps != nil { // nil: resubscribe has closed it, and run makes no other
+		err = ps.Close()
+	}
 	<-s.done
 	if err != nil {
 		return fmt.Errorf("invalidations: close: %w", err)
@@ -271,6 +325,9 @@ func (s *subscriber) close() error {
 // first, until CACHE_TTL).
 func (c *cachedStore) Change(ctx context.Context, code string, tokenHash []byte, ch LinkChange) (Link, error) {
 	l, err := c.Store.Change(ctx, code, tokenHash, ch)
+	if changeMayHaveLanded(err) {
+		c.noteChanged(ctx, code)
+	}
 	if err != nil {
 		if changeMayHaveLanded(err) {
 			// The link may have changed all the same (or was found
@@ -317,8 +374,10 @@ func (c *cachedStore) tell(ctx context.Context, code string, t Target) bool {
 	}
 	cctx, cancel := context.WithTimeout(ctx, c.rdb.timeout)
 	defer cancel()
-	err := c.set(cctx, code, t, true, "", true) // t is the primary's
-	c.rdb.breaker.done(at, err)
+	err := writeAndWait(cctx, c.rdb.Client, c.rdb.waitReplicas, c.rdb.timeout/2, func(rdb redis.Cmdable) error {
+		return c.setOn(cctx, rdb, code, t, true, "", true) // t is the primary's
+	})
+	c.rdb.breaker.done(at, breakerErr(err))
 	return c.afterTell(ctx, code, err)
 }
 
@@ -326,10 +385,12 @@ func (c *cachedStore) tell(ctx context.Context, code string, t Target) bool {
 // through patient (c.rdb waiting pendingTellTimeout), whatever the
 // breaker says, and without telling the breaker: an answer in a second
 // says nothing of whether Redis answers a request in time.
-func (c *cachedStore) tellPatiently(ctx context.Context, patient redis.Cmdable, code string, t Target) bool {
+func (c *cachedStore) tellPatiently(ctx context.Context, patient *redis.Client, code string, t Target) bool {
 	cctx, cancel := context.WithTimeout(ctx, pendingTellTimeout)
 	defer cancel()
-	return c.afterTell(ctx, code, c.setOn(cctx, patient, code, t, true, "", true))
+	return c.afterTell(ctx, code, writeAndWait(cctx, patient, c.rdb.waitReplicas, pendingTellTimeout/2, func(rdb redis.Cmdable) error {
+		return c.setOn(cctx, rdb, code, t, true, "", true)
+	}))
 }
 
 // afterTell counts a tell's outcome, and keeps code for later if err says it
@@ -337,12 +398,55 @@ func (c *cachedStore) tellPatiently(ctx context.Context, patient redis.Cmdable, 
 func (c *cachedStore) afterTell(ctx context.Context, code string, err error) bool {
 	if err != nil {
 		c.inval.sendFailed.Inc()
-		c.warns.warn(ctx, "cache: change not written to redis nor published; will retry", fmt.Errorf("cache: change %s: %w", c.prefix+code, err))
+		c.warns.warn(ctx, "cache: change not told (not written to redis, not published, or on too few replicas); will retry", fmt.Errorf("cache: change %s: %w", c.prefix+code, err))
 		c.remember(ctx, code)
 		return false
 	}
 	c.inval.sent.Inc()
 	return true
+}
+
+// noteChanged keeps code among the recent changes, as of now. Only a
+// change does (Change); telling it again does not, so that a code is
+// told again for recentWindow after its change, not for good.
+func (c *cachedStore) noteChanged(ctx context.Context, code string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := time.Now()
+	if _, ok := c.recent[code]; !ok && len(c.recent) >= maxRecent {
+		for k, at := range c.recent {
+			if now.Sub(at) > recentWindow {
+				delete(c.recent, k)
+			}
+		}
+		if len(c.recent) >= maxRecent {
+			c.warns.warn(ctx, "cache: too many recent changes to tell again after a resubscription; this one is not kept",
+				fmt.Errorf("cache: %d changes in %v", len(c.recent), recentWindow))
+			return
+		}
+	}
+	c.recent[code] = now
+}
+
+// resendRecent keeps every code changed here within recentWindow for the
+// next retry, which reads each from the primary and tells it again (the
+// subscriber asks for one at once after each subscription). Meanwhile
+// this instance's lookups of them go to the primary.
+func (c *cachedStore) resendRecent(ctx context.Context) {
+	c.mu.Lock()
+	since := time.Now().Add(-recentWindow)
+	codes := make([]string, 0, len(c.recent))
+	for code, at := range c.recent {
+		if at.Before(since) {
+			delete(c.recent, code)
+			continue
+		}
+		codes = append(codes, code)
+	}
+	c.mu.Unlock()
+	for _, code := range codes {
+		c.remember(ctx, code)
+	}
 }
 
 func (c *cachedStore) remember(ctx context.Context, code string) {
@@ -458,12 +562,18 @@ type keptChange struct {
 // has lost the script (a restart), it is loaded and the pipeline sent
 // once more. err is the first error: then none is known to be told.
 func (c *cachedStore) setAll(ctx context.Context, rdb *redis.Client, changes []keptChange) ([]bool, error) {
+	// A pipeline goes on one connection: its WAIT (REDIS_WAIT_REPLICAS,
+	// step 35) counts the replicas that have every write before it.
+	var wait *redis.Cmd
 	send := func() ([]*redis.Cmd, error) {
 		cmds := make([]*redis.Cmd, len(changes))
 		_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for i, k := range changes {
 				key, args := c.setArgs(k.code, k.t, true, "")
 				cmds[i] = cacheSetScript.EvalSha(ctx, p, []string{key}, args...)
+			}
+			if n := c.rdb.waitReplicas; n > 0 {
+				wait = p.Do(ctx, "WAIT", n, (pendingTellTimeout / 2).Milliseconds())
 			}
 			return nil
 		})
@@ -478,6 +588,11 @@ func (c *cachedStore) setAll(ctx context.Context, rdb *redis.Client, changes []k
 	}
 	if err != nil {
 		return nil, err
+	}
+	if wait != nil {
+		if got, err := wait.Int64(); err != nil || got < int64(c.rdb.waitReplicas) {
+			return nil, errors.Join(err, fmt.Errorf("redis: the changes reached %d of the %d replicas asked for (REDIS_WAIT_REPLICAS): a failover could lose them", got, c.rdb.waitReplicas))
+		}
 	}
 	stored := make([]bool, len(cmds))
 	for i, cmd := range cmds {

@@ -387,7 +387,7 @@ func newTellingCache(t *testing.T, store Store, rdb *guardedRedis, prefix string
 	c = newTestCacheOn(t, store, rdb, prefix, discardLog)
 	c.channel = prefix + invalidationChannel
 	sent, failed = &testCount{}, &testCount{}
-	c.inval = invalidationCounts{sent: sent, sendFailed: failed, received: noCount{}, bad: noCount{}, dropped: noCount{}, purges: noCount{}, late: noCount{}, lag: noObserve{}, pending: noGauge{}}
+	c.inval = invalidationCounts{sent: sent, sendFailed: failed, received: noCount{}, bad: noCount{}, dropped: noCount{}, purges: noCount{}, late: noCount{}, resubscribed: noCount{}, lag: noObserve{}, pending: noGauge{}}
 	return c, sent, failed
 }
 
@@ -429,7 +429,7 @@ func newSubscriberRig(t *testing.T) *subscriberRig {
 	r.local.dropped = func(string) { r.dropped.Add(1) }
 	// No probe is late here (these tests count purges; lag_test.go tests
 	// the probes).
-	sub := startSubscriber(rdb, r.channel, []func(string){r.local.drop}, []func(){r.local.purge}, nil, time.Hour,
+	sub := startSubscriber(rdb, r.channel, []func(string){r.local.drop}, []func(){r.local.purge}, nil, nil, time.Hour,
 		invalidationCounts{sent: noCount{}, sendFailed: noCount{}, received: &r.received, bad: &r.bad, dropped: noCount{}, purges: &r.purges, late: noCount{}, lag: noObserve{}}, discardLog)
 	t.Cleanup(func() {
 		if err := sub.close(); err != nil {
@@ -862,7 +862,7 @@ func TestSubscriberHearsDrops(t *testing.T) {
 	var dropped, purges testCount
 	// Held, it is behind too: no probe is late here, so that only the
 	// dropped message can purge.
-	sub := startSubscriber(rdb, channel, []func(string){hold, local.drop}, []func(){local.purge}, nil, time.Hour,
+	sub := startSubscriber(rdb, channel, []func(string){hold, local.drop}, []func(){local.purge}, nil, nil, time.Hour,
 		invalidationCounts{sent: noCount{}, sendFailed: noCount{}, received: noCount{}, bad: noCount{}, dropped: &dropped, purges: &purges, late: noCount{}, lag: noObserve{}}, discardLog)
 	var released sync.Once
 	t.Cleanup(func() {
@@ -922,7 +922,7 @@ func TestSubscriberDropsWhileRetrying(t *testing.T) {
 	}
 	var received, purges testCount
 	var droppedCodes atomic.Int32
-	sub := startSubscriber(rdb, channel, []func(string){func(string) { droppedCodes.Add(1) }}, nil, retry, time.Hour,
+	sub := startSubscriber(rdb, channel, []func(string){func(string) { droppedCodes.Add(1) }}, nil, retry, nil, time.Hour,
 		invalidationCounts{sent: noCount{}, sendFailed: noCount{}, received: &received, bad: noCount{}, dropped: noCount{}, purges: &purges, late: noCount{}, lag: noObserve{}}, discardLog)
 	t.Cleanup(func() {
 		close(release)

@@ -83,18 +83,21 @@ func newLagWatch(rdb *redis.Client, channel string, bound time.Duration) *lagWat
 // send publishes one probe. A probe whose PUBLISH failed is forgotten:
 // it says nothing of the subscription (a change told meanwhile failed
 // too, and is retried).
-func (w *lagWatch) send(ctx context.Context) error {
+//
+// It returns how many subscriptions received it: 0 says this
+// subscriber's is not on the server the client writes to (step 35).
+func (w *lagWatch) send(ctx context.Context) (int64, error) {
 	nonce := rand.Text()
 	w.mu.Lock()
 	if len(w.out) >= lagMaxOut {
 		w.mu.Unlock()
-		return nil
+		return -1, nil
 	}
 	w.out[nonce] = time.Time{}
 	w.mu.Unlock()
 	pctx, cancel := context.WithTimeout(ctx, lagBound)
 	defer cancel()
-	err := w.rdb.Publish(pctx, w.channel, nonce).Err()
+	n, err := w.rdb.Publish(pctx, w.channel, nonce).Result()
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if _, waiting := w.out[nonce]; waiting {
@@ -105,9 +108,9 @@ func (w *lagWatch) send(ctx context.Context) error {
 		}
 	} // else it came back before its PUBLISH returned: in time
 	if err != nil {
-		return fmt.Errorf("invalidations: probe: %w", err)
+		return 0, fmt.Errorf("invalidations: probe: %w", err)
 	}
-	return nil
+	return n, nil
 }
 
 // back is a message on the probe channel: the lag since its PUBLISH
@@ -165,6 +168,7 @@ func (w *lagWatch) reset() {
 func (s *subscriber) lagLoop(ctx context.Context) {
 	tick := time.NewTicker(lagProbeEvery)
 	defer tick.Stop()
+	nobody := 0
 	for {
 		select {
 		case <-ctx.Done():
@@ -174,8 +178,27 @@ func (s *subscriber) lagLoop(ctx context.Context) {
 		if n, oldest := s.lag.late(); n > 0 {
 			s.behind(ctx, oldest)
 		}
-		if err := s.lag.send(ctx); err != nil && ctx.Err() == nil {
-			s.probeLog.warn(ctx, "invalidations: probe not sent", err)
+		switch n, err := s.lag.send(ctx); {
+		case err != nil:
+			nobody = 0 // two in a row, with nothing between
+			if ctx.Err() == nil {
+				s.probeLog.warn(ctx, "invalidations: probe not sent", err)
+			}
+		case n == 0:
+			// Step 35: the server the client writes to has no
+			// subscription of this subscriber's: after a Redis failover
+			// go-redis moves the client's pool, not the subscription,
+			// which stays on the old master while that one lives (if it
+			// became a replica of the new one, Redis itself closes it).
+			// Changes published on the new master would never come.
+			// Twice in a row (one may race a reconnection): subscribe
+			// again, through the client's current master.
+			if nobody++; nobody >= 2 {
+				nobody = 0
+				s.resubscribe(ctx)
+			}
+		default:
+			nobody = 0
 		}
 	}
 }

@@ -45,7 +45,7 @@ func newBehindRig(t *testing.T) *behindRig {
 			time.Sleep(d)
 		}
 	}
-	r.sub = startSubscriber(rdb, r.channel, []func(string){slow, r.local.drop}, []func(){r.local.purge}, nil, lagBound,
+	r.sub = startSubscriber(rdb, r.channel, []func(string){slow, r.local.drop}, []func(){r.local.purge}, nil, nil, lagBound,
 		invalidationCounts{sent: noCount{}, sendFailed: noCount{}, received: noCount{}, bad: &r.bad, dropped: &r.dropped,
 			purges: &r.purges, late: &r.late, lag: &r.lag}, discardLog)
 	t.Cleanup(func() {

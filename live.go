@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -25,13 +27,26 @@ import (
 // (REDIS_KEY_PREFIX+"feed:live": instance id -> "<until> <mac>"), and a
 // create waits for the acknowledgement of each instance registered, by
 // id. A registration says: this instance has handled everything
-// published before <until> − liveTTL. It is written from a PONG on the
-// feed's own subscription: Redis queues a PONG behind every message it
-// queued for that connection before the PING, so a PONG says the
+// published before <until> − liveTTL. It is written from a probe that
+// came back: the instance PUBLISHes a nonce, through its client, on a
+// channel of its own that its feed's subscription listens to (a probe
+// every livePingEvery). Redis queues the probe behind every message it
+// queued for that subscription before, so a probe back says the
 // instance has handled (and put in its filter) every code published
-// before its PING. A PING goes every livePingEvery. (The first of a
-// subscription is written from Redis's confirmation of the SUBSCRIBE:
-// nothing was queued before it.)
+// before the probe was sent, on the server its client writes to.
+//
+// That last part is step 35's. Until then the probe was a PING on the
+// subscription's own connection, which says nothing of which server that
+// connection is on: after a Redis failover go-redis moves the client's
+// pool to the new master, not a subscription, so an instance still
+// subscribed to an old master that kept running renewed its registration
+// on the new one while hearing none of its creates. A PUBLISH through
+// the client goes where the registration goes; one that reaches nobody
+// (PUBLISH's count) says the subscription is elsewhere, and the feed
+// subscribes again. The probe's script also leaves a key for its nonce,
+// and the registration is written only where that key is: so the client
+// moving between the probe and the renewal cannot carry a renewal to a
+// server the probe did not go through.
 //
 // The rule each side keeps:
 //
@@ -39,15 +54,15 @@ import (
 //     no registration can land between the two. It waits for each
 //     instance registered until that instance acknowledges, or until its
 //     registration ends; then it reads them again, and waits on for
-//     those that renewed from a PING sent before the PUBLISH (one renewed
-//     from a PING sent over liveMargin after it has handled the code: its
+//     those that renewed from a probe sent before the PUBLISH (one renewed
+//     from a probe sent over liveMargin after it has handled the code: its
 //     acknowledgement was lost). BLOOM_ACK_TIMEOUT caps the whole wait.
 //     Registrations are judged as of when the script was sent.
 //   - An instance trusts its Bloom filter and negative cache only while
 //     its registration lasts (by its own clock, liveMargin short of
 //     until, for the clocks' skew), and, after any lapse or a new
-//     subscription, only once a PONG comes back for a PING sent after its
-//     first registration returned: that PING went after every create that
+//     subscription, only once a probe comes back that was sent after its
+//     first registration returned: that probe went after every create that
 //     did not see the registration, so everything such a create published
 //     is handled by then.
 //
@@ -110,14 +125,25 @@ if size and (type(size) ~= 'number' or size > tonumber(ARGV[1])) then return fal
 return redis.call('HGETALL', KEYS[1])
 `)
 
+// liveProbeScript publishes a probe (ARGV: the nonce, the key's life in
+// milliseconds, the channel) and leaves KEYS[1], the nonce's key, on the
+// same server; it returns PUBLISH's count of receivers.
+var liveProbeScript = redis.NewScript(`
+redis.call('SET', KEYS[1], '1', 'PX', ARGV[2])
+return redis.call('PUBLISH', ARGV[3], ARGV[1])
+`)
+
 // liveRegisterScript writes this instance's registration (ARGV: id,
 // value, liveMaxBytes, liveMaxFields, then field, value, ... to remove, each only if its
-// value is still the one given: one renewed meanwhile stays). A hash over
+// value is still the one given: one renewed meanwhile stays), if
+// KEYS[2], the key of the probe it comes from, is on this server
+// (else it returns -1 and writes nothing). A hash over
 // liveMaxBytes, which only a forger makes, is cleared first: the other
 // instances write theirs again within livePingEvery. (A missing key's
 // MEMORY USAGE is nil, which Lua reads as false.) It returns whether
 // it cleared the hash.
 var liveRegisterScript = redis.NewScript(`
+if redis.call('DEL', KEYS[2]) == 0 then return -1 end
 local cleared = 0
 local over = redis.call('HLEN', KEYS[1]) > tonumber(ARGV[4])
 if not over then
@@ -206,8 +232,8 @@ func (f *codeFeed) readLive(ctx context.Context) (map[string]time.Time, time.Tim
 // waitLive waits for the acknowledgement of each instance in live, until
 // its registration ends (reading them again then), at most until cap.
 // published is when the PUBLISH's reply came back: an instance whose
-// registration, read again, comes from a PING sent more than liveMargin
-// after published has handled the announcement (its PONG came behind
+// registration, read again, comes from a probe sent more than liveMargin
+// after published has handled the announcement (the probe came behind
 // it), and counts as heard even if its acknowledgement was lost. It returns
 // whether every instance still registered was heard.
 func (f *codeFeed) waitLive(ctx context.Context, w *ackWait, live map[string]time.Time, published time.Time, cap <-chan time.Time) bool {
@@ -259,18 +285,19 @@ type liveState struct {
 	sessionUp bool      // the subscription is confirmed and working
 	last      time.Time // its last sign of life
 	caught    time.Time // the latest moment the subscriber was seen caught up, not yet written
+	caughtBy  string    // the nonce of the probe caught comes from
 	runFrom   time.Time // when this run's first registration returned; zero: none
 	until     time.Time // the registration's end, as written
-	trusting  bool      // a PONG for a PING sent after runFrom came back
+	trusting  bool      // a probe sent after runFrom came back
 	up        bool      // what up() or down() last said
 	prune     []liveField
 	wake      chan struct{}
 	pingNow   chan struct{}
-	pings     [8]sentPing // the last PINGs sent
+	pings     [8]sentPing // the last probes sent
 	nping     int
 }
 
-// sentPing is a PING's payload, and when it went.
+// sentPing is a probe's nonce, and when it went.
 type sentPing struct {
 	payload string
 	at      time.Time
@@ -287,28 +314,30 @@ func signalOnce(c chan struct{}) {
 	}
 }
 
-// pinging records a PING's payload before it is sent.
+// pinging records a probe's nonce before it is sent.
 func (s *liveState) pinging(at time.Time) string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	p := sentPing{strconv.FormatInt(at.UnixNano(), 10), at}
+	p := sentPing{rand.Text(), at}
 	s.pings[s.nping%len(s.pings)] = p
 	s.nping++
 	return p.payload
 }
 
-// confirmed: Redis confirmed the subscription asked for at sent; nothing
-// was published to it before, so it is caught up as of then.
-func (s *liveState) confirmed(sent time.Time) {
+// confirmed: Redis confirmed the subscription. A probe goes at once;
+// the first registration comes from it. (Until step 35 it came from the
+// confirmation itself, which, like a PONG, says nothing of which server
+// the subscription is on.)
+func (s *liveState) confirmed() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.session++
-	s.sessionUp, s.last, s.caught = true, time.Now(), sent
+	s.sessionUp, s.last, s.caught, s.caughtBy = true, time.Now(), time.Time{}, ""
 	s.runFrom, s.trusting = time.Time{}, false
-	signalOnce(s.wake)
+	signalOnce(s.pingNow)
 }
 
-// pong: a PONG came back. Only one for a PING this instance sent counts.
+// pong: a probe came back. Only one this instance sent counts.
 func (s *liveState) pong(payload string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -323,7 +352,7 @@ func (s *liveState) pong(payload string) bool {
 	}
 	s.last = time.Now()
 	if sent.After(s.caught) {
-		s.caught = sent
+		s.caught, s.caughtBy = sent, payload
 	}
 	if !s.runFrom.IsZero() && sent.After(s.runFrom) {
 		s.trusting = true
@@ -352,7 +381,7 @@ func (s *liveState) seen() {
 func (s *liveState) lost() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.sessionUp, s.trusting, s.runFrom, s.caught = false, false, time.Time{}, time.Time{}
+	s.sessionUp, s.trusting, s.runFrom, s.caught, s.caughtBy = false, false, time.Time{}, time.Time{}, ""
 	s.apply()
 }
 
@@ -373,7 +402,7 @@ func (s *liveState) apply() {
 		return
 	}
 	// The last moment it was known to have everything: its last sign of
-	// life, or the PING its registration came from, if earlier.
+	// life, or the probe its registration came from, if earlier.
 	last := s.last
 	if !s.until.IsZero() {
 		last = earliest(last, s.until.Add(-liveTTL))
@@ -408,11 +437,11 @@ func (f *codeFeed) liveLoop(ctx context.Context) {
 		case <-t.C:
 		}
 		s.mu.Lock()
-		caught, session, prune := s.caught, s.session, s.prune
-		s.caught, s.prune = time.Time{}, nil
+		caught, by, session, prune := s.caught, s.caughtBy, s.session, s.prune
+		s.caught, s.caughtBy, s.prune = time.Time{}, "", nil
 		s.mu.Unlock()
 		if !caught.IsZero() {
-			f.renew(ctx, caught, session, prune)
+			f.renew(ctx, caught, by, session, prune)
 		}
 		s.mu.Lock()
 		s.apply()
@@ -425,9 +454,9 @@ func (f *codeFeed) liveLoop(ctx context.Context) {
 	}
 }
 
-// renew writes a registration lasting liveTTL from caught, and removes
-// the stale ones given.
-func (f *codeFeed) renew(ctx context.Context, caught time.Time, session uint64, prune []liveField) {
+// renew writes a registration lasting liveTTL from caught, the moment
+// the probe by was sent, and removes the stale ones given.
+func (f *codeFeed) renew(ctx context.Context, caught time.Time, by string, session uint64, prune []liveField) {
 	until := caught.Add(liveTTL)
 	if !time.Now().Before(until.Add(-liveMargin)) {
 		return // too late to be of use: the subscriber is behind
@@ -439,7 +468,19 @@ func (f *codeFeed) renew(ctx context.Context, caught time.Time, session uint64, 
 	for _, l := range prune {
 		args = append(args, l.id, l.value)
 	}
-	cleared, err := liveRegisterScript.Run(rctx, f.rdb.Client, []string{f.live}, args...).Int()
+	// With REDIS_WAIT_REPLICAS, a registration counts (here, for this
+	// instance's trust) only once a replica has it: an old master cut off
+	// from its replicas, that this instance's client has not yet left,
+	// takes registrations that the new master never sees (step 35).
+	var cleared int
+	err := writeAndWait(rctx, f.rdb.Client, f.rdb.waitReplicas, f.rdb.timeout/2, func(rdb redis.Cmdable) error {
+		var err error
+		cleared, err = liveRegisterScript.Run(rctx, rdb, []string{f.live, f.probeKey(by)}, args...).Int()
+		if err == nil && cleared == -1 {
+			err = errors.New("code feed: the server the registration went to did not take the probe it comes from (a failover between the two)")
+		}
+		return err
+	})
 	if err != nil {
 		f.warns.warn(ctx, "code feed: registration not written; this instance stops trusting its filter when the last one ends", err)
 		return
@@ -456,7 +497,7 @@ func (f *codeFeed) renew(ctx context.Context, caught time.Time, session uint64, 
 	returned := time.Now()
 	newRun := s.runFrom.IsZero() || !returned.Before(s.until.Add(-liveMargin))
 	if newRun {
-		// A new run: trusted only once a PING sent from now on is back.
+		// A new run: trusted only once a probe sent from now on is back.
 		// Creates may have stopped waiting for this instance already.
 		s.runFrom, s.trusting = returned, false
 		signalOnce(s.pingNow)
@@ -469,6 +510,22 @@ func (f *codeFeed) renew(ctx context.Context, caught time.Time, session uint64, 
 	}
 	s.apply() // a new run takes the trust away now, not at liveLoop's next turn
 }
+
+// probe publishes a probe through the client, and returns how many
+// subscriptions received it (this instance's, if it is on that server).
+func (f *codeFeed) probe(ctx context.Context) (int64, error) {
+	pctx, cancel := context.WithTimeout(ctx, f.rdb.timeout)
+	defer cancel()
+	nonce := f.reg.pinging(time.Now())
+	n, err := liveProbeScript.Run(pctx, f.rdb.Client, []string{f.probeKey(nonce)}, nonce, liveTTL.Milliseconds(), f.probes).Int64()
+	if err != nil {
+		return 0, fmt.Errorf("code feed: probe: %w", err)
+	}
+	return n, nil
+}
+
+// probeKey is the key a probe leaves, for its nonce.
+func (f *codeFeed) probeKey(nonce string) string { return f.probes + ":" + nonce }
 
 // trustUntil passes the registration's end, less liveMargin, to the
 // filter and the negative cache: each checks it at every lookup.

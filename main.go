@@ -126,6 +126,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	var rdb *guardedRedis
 	if cfg.redis != nil {
 		rdb = openRedis(ctx, cfg.redis, sentinels{cfg.redisMaster, cfg.redisSentinels, cfg.redisSentinelUser, cfg.redisSentinelPassword}, cfg.redisTimeout, log)
+		rdb.waitReplicas = cfg.redisWaitReplicas
 		defer func() {
 			if err := rdb.Close(); err != nil {
 				log.Error("close redis", "err", err)

@@ -429,15 +429,16 @@ func TestRunRateLimitShared(t *testing.T) {
 		"ADDR": "127.0.0.1:0", "DATABASE_URL": testDatabase(t),
 		"REDIS_URL": fmt.Sprintf("redis://%s/%d", opts.Addr, opts.DB), "REDIS_KEY_PREFIX": prefix,
 		"CREATE_RATE": "1", "CREATE_BURST": "3",
+		// No code feed: four creates must fit in the second one token
+		// takes to come back, and with a feed each create waits for the
+		// other instance's acknowledgement, up to its registration's 2 s
+		// when that is late (step 34). At step 34, at HEAD with
+		// GOMAXPROCS=8 beside CI's pool, the fourth create got 201
+		// (docs/35). The limit is what this test is about.
+		"BLOOM": "off", "NEG_CACHE_SIZE": "0",
 	}
-	a, _, alog := startRun(t, env)
-	b, _, blog := startRun(t, env)
-	// Each feed up and registered first (step 34): four creates must fit
-	// in the second one token takes to come back, and a create made while
-	// an instance is still subscribing can take longer.
-	for _, l := range []*syncBuffer{alog, blog} {
-		waitUntil(t, "the instance's Bloom filter to be trusted", func() bool { return strings.Contains(l.String(), "bloom filter trusted") })
-	}
+	a, _, _ := startRun(t, env)
+	b, _, _ := startRun(t, env)
 	for _, base := range []string{a, b, a} {
 		shorten(t, base, "https://go.dev/shared-limit")
 	}

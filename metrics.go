@@ -154,10 +154,11 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 		"Edits (PATCH) and deletes (DELETE) of links, by op (edit, delete) and result (ok, unauthorized, forbidden, not_found, gone, bad_request, error).")),
 		[]string{"op", "result"})).(*prometheus.CounterVec)
 	m.inval = f(prometheus.NewCounterVec(prometheus.CounterOpts(opts("invalidations_total",
-		"Cache invalidations: sent (written to Redis and published after an edit), send_failed (Redis not reached: retried), "+
+		"Cache invalidations: sent (written to Redis and published after an edit, and on REDIS_WAIT_REPLICAS replicas), send_failed (Redis not reached, or too few replicas: retried), "+
 			"received (a code from another instance, or this one, dropped from the local cache), bad (a message that is not a code, ignored), "+
 			"dropped (a message the Redis client dropped, its channel full: the local cache was purged), "+
-			"late (a probe this instance sent itself through the subscription was out for more than 1 s: the subscriber is behind, and the local cache was purged; counted every 250 ms while it is).")),
+			"late (a probe this instance sent itself through the subscription was out for more than 1 s: the subscriber is behind, and the local cache was purged; counted every 250 ms while it is), "+
+			"resubscribed (two probes in a row reached no subscription of this instance's on the server its client writes to, as after a Redis failover: it subscribed again).")),
 		[]string{"result"})).(*prometheus.CounterVec)
 	m.purges = f(prometheus.NewCounter(prometheus.CounterOpts(opts("invalidation_purges_total",
 		"Times the whole local cache was emptied because the invalidation subscription was (re)made, a message was dropped, or the subscriber was behind: what was published meanwhile is unknown, or not handled yet.")))).(prometheus.Counter)
@@ -336,24 +337,26 @@ func (m *metrics) editCounter() editResults {
 type invalidationCounts struct {
 	sent, sendFailed, received, bad, dropped, purges counter
 	late                                             counter  // ticks behind (lag.go)
+	resubscribed                                     counter  // subscribed again: probes reached nobody (step 35)
 	lag                                              observer // probes' round trips
 	pending                                          gauge
 }
 
 func (m *metrics) invalidationCounts() invalidationCounts {
 	if m == nil {
-		return invalidationCounts{noCount{}, noCount{}, noCount{}, noCount{}, noCount{}, noCount{}, noCount{}, noObserve{}, noGauge{}}
+		return invalidationCounts{noCount{}, noCount{}, noCount{}, noCount{}, noCount{}, noCount{}, noCount{}, noCount{}, noObserve{}, noGauge{}}
 	}
 	return invalidationCounts{
-		sent:       m.inval.WithLabelValues("sent"),
-		sendFailed: m.inval.WithLabelValues("send_failed"),
-		received:   m.inval.WithLabelValues("received"),
-		bad:        m.inval.WithLabelValues("bad"),
-		dropped:    m.inval.WithLabelValues("dropped"),
-		purges:     m.purges,
-		late:       m.inval.WithLabelValues("late"),
-		lag:        m.invalLag,
-		pending:    m.pending,
+		sent:         m.inval.WithLabelValues("sent"),
+		sendFailed:   m.inval.WithLabelValues("send_failed"),
+		received:     m.inval.WithLabelValues("received"),
+		bad:          m.inval.WithLabelValues("bad"),
+		dropped:      m.inval.WithLabelValues("dropped"),
+		purges:       m.purges,
+		late:         m.inval.WithLabelValues("late"),
+		resubscribed: m.inval.WithLabelValues("resubscribed"),
+		lag:          m.invalLag,
+		pending:      m.pending,
 	}
 }
 

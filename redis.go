@@ -21,6 +21,67 @@ type guardedRedis struct {
 	*redis.Client
 	timeout time.Duration
 	breaker *breaker
+	// waitReplicas is REDIS_WAIT_REPLICAS: a write that must survive a
+	// failover (a change, a feed registration) counts once this many
+	// replicas have it (writeAndWait).
+	waitReplicas int
+}
+
+// maxWaitReplicas bounds REDIS_WAIT_REPLICAS.
+const maxWaitReplicas = 16
+
+// writeAndWait runs write on one connection of rdb's and then, if
+// waitReplicas > 0, Redis's WAIT on the same connection (WAIT counts the
+// replicas that have that connection's writes; on another connection it
+// would count nothing of this one's). Fewer replicas than asked for within
+// wait is an error: the write is on the master, and may not survive a
+// failover (step 35). Until step 35 nothing waited: a Sentinel failover
+// could promote a replica that never had the change, and every instance
+// read the link as it was from the new master for up to CACHE_TTL.
+func writeAndWait(ctx context.Context, rdb *redis.Client, replicas int, wait time.Duration, write func(redis.Cmdable) error) (err error) {
+	if replicas == 0 {
+		return write(rdb)
+	}
+	conn := rdb.Conn()
+	defer func() {
+		if cerr := conn.Close(); cerr != nil && err == nil {
+			err = fmt.Errorf("redis: a connection back to the pool: %w", cerr)
+		}
+	}()
+	if err := write(conn); err != nil {
+		return err
+	}
+	// WAIT's timeout 0 would block for good: at least 1 ms.
+	got, err := conn.Wait(ctx, replicas, max(wait, time.Millisecond)).Result()
+	if err != nil {
+		return fmt.Errorf("redis: WAIT for %d replicas: %w", replicas, err)
+	}
+	if got < int64(replicas) {
+		return &fewReplicas{got: got, want: replicas, wait: wait}
+	}
+	return nil
+}
+
+// fewReplicas is writeAndWait's error when the write is on the master but
+// on fewer replicas than asked for. Redis answered: it says nothing of
+// whether Redis can be reached, so the breaker does not count it.
+type fewReplicas struct {
+	got  int64
+	want int
+	wait time.Duration
+}
+
+func (e *fewReplicas) Error() string {
+	return fmt.Sprintf("redis: the write reached %d of the %d replicas asked for (REDIS_WAIT_REPLICAS) within %v: a failover could lose it", e.got, e.want, e.wait)
+}
+
+// breakerErr is what a call's err says to the breaker: a write that
+// reached too few replicas is an answer.
+func breakerErr(err error) error {
+	if _, ok := errors.AsType[*fewReplicas](err); ok {
+		return nil
+	}
+	return err
 }
 
 // sentinels names a Redis master by the Sentinels that watch it

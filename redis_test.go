@@ -465,9 +465,10 @@ func redisSentinelBin(t *testing.T) string {
 // startRedisProcess runs bin with args on a free port in dir (a port
 // taken meanwhile makes it exit: it is tried again on another, up to
 // three times), and returns the port. It is stopped when t ends. It is
-// ready when it answers PING, with PONG or with an error reply (NOAUTH,
-// from one that wants a password).
-func startRedisProcess(t *testing.T, name, bin, dir string, args func(port int) []string) int {
+// ready when its INFO names this process (since step 35; before, any
+// answer to PING would do), or when it answers with an error reply
+// (NOAUTH, from one that wants a password).
+func startRedisProcess(t testing.TB, name, bin, dir string, args func(port int) []string) int {
 	t.Helper()
 	var errs []error
 	for range 3 {
@@ -482,8 +483,17 @@ func startRedisProcess(t *testing.T, name, bin, dir string, args func(port int) 
 		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 		c := redis.NewClient(plainRedis(addr))
 		err = srv.waitReady(func(ctx context.Context) error {
-			if err := c.Ping(ctx).Err(); !redisAnswered(err) {
+			// The answer must be this process's: another test's server
+			// can take the port first, and then this one exits while
+			// the other answers (seen in step 35's rehearsal). One that
+			// wants a password answers with an error reply (NOAUTH), and
+			// is taken as this one, as before.
+			info, err := c.Info(ctx, "server").Result()
+			switch {
+			case err != nil && !redisAnswered(err):
 				return err
+			case err == nil && !strings.Contains(info, fmt.Sprintf("process_id:%d\r\n", srv.cmd.Process.Pid)):
+				return fmt.Errorf("%s: another server answers on %s", name, addr)
 			}
 			return nil
 		})
@@ -553,7 +563,8 @@ func sentinelTestBins(t *testing.T) (sentinelBin, serverBin string) {
 // that keeps nothing on disk, in dir.
 func plainRedisArgs(dir string) func(port int) []string {
 	return func(port int) []string {
-		return []string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir}
+		// A replica syncs at once, not after the default 5 s wait for others.
+		return []string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir, "--repl-diskless-sync-delay", "0"}
 	}
 }
 
@@ -564,57 +575,10 @@ func plainRedisArgs(dir string) func(port int) []string {
 // was told, and did not keep writing to the old one (now a replica, which
 // would refuse with READONLY).
 func TestRedisFollowsSentinelFailover(t *testing.T) {
-	sentinelBin, serverBin := sentinelTestBins(t)
 	t.Parallel()
-	dir := t.TempDir()
-	plain := plainRedisArgs(dir)
-	oldPort := startRedisProcess(t, "redis-master", serverBin, dir, plain)
-	oldAddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(oldPort))
-	newPort := startRedisProcess(t, "redis-replica", serverBin, dir, func(port int) []string {
-		return append(plain(port), "--replicaof", "127.0.0.1", strconv.Itoa(oldPort))
-	})
-	newAddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(newPort))
-	sentPort := startRedisProcess(t, "redis-sentinel", sentinelBin, dir, func(port int) []string {
-		// A Sentinel rewrites its config file, so each try gets its own.
-		conf := filepath.Join(dir, fmt.Sprintf("sentinel-%d.conf", port))
-		body := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\nsentinel monitor m 127.0.0.1 %d 1\nsentinel down-after-milliseconds m 1000\nsentinel failover-timeout m 10000\n", port, dir, oldPort)
-		if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return []string{conf}
-	})
-	sentAddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(sentPort))
-
-	direct := func(addr string) *redis.Client {
-		c := redis.NewClient(plainRedis(addr))
-		t.Cleanup(func() {
-			if err := c.Close(); err != nil {
-				t.Error(err)
-			}
-		})
-		return c
-	}
-	oldMaster, newMaster := direct(oldAddr), direct(newAddr)
-	sent := redis.NewSentinelClient(plainRedis(sentAddr))
-	t.Cleanup(func() {
-		if err := sent.Close(); err != nil {
-			t.Error(err)
-		}
-	})
-	// The Sentinel learns of the replica from the master's INFO; it can
-	// fail over only to a replica it knows and sees in sync.
-	waitFor(t, "the Sentinel sees the replica", func(ctx context.Context) (bool, error) {
-		reps, err := sent.Replicas(ctx, "m").Result()
-		if err != nil {
-			return false, err
-		}
-		for _, r := range reps {
-			if r["port"] == strconv.Itoa(newPort) && r["flags"] == "slave" && r["master-link-status"] == "ok" {
-				return true, nil
-			}
-		}
-		return false, fmt.Errorf("replicas %v", reps)
-	})
+	p := startSentinelPair(t, nil)
+	oldMaster, newMaster, sentAddr := p.oldMaster, p.newMaster, p.sentAddr
+	newAddr := p.newAddr
 
 	log := slog.New(slog.DiscardHandler)
 	rdb := openRedis(context.Background(), &redis.Options{}, sentinels{master: "m", addrs: []string{sentAddr}}, 2*time.Second, log)
@@ -632,13 +596,7 @@ func TestRedisFollowsSentinelFailover(t *testing.T) {
 		t.Fatalf("the master holds %q, %v; want the client's write, 1", got, err)
 	}
 
-	if err := sent.Failover(ctx, "m").Err(); err != nil {
-		t.Fatalf("SENTINEL FAILOVER: %v", err)
-	}
-	waitFor(t, "the Sentinel names the replica as master", func(ctx context.Context) (bool, error) {
-		addr, err := sent.GetMasterAddrByName(ctx, "m").Result()
-		return err == nil && len(addr) == 2 && addr[1] == strconv.Itoa(newPort), err
-	})
+	p.failOver(t)
 	// Until the client hears of the switch (the Sentinel's +switch-master
 	// message), its pooled connections still reach the old master, which
 	// takes writes until the Sentinel has made it a replica; those writes

@@ -170,7 +170,7 @@ func buildLayers(ctx context.Context, cfg config, store Store, pg *pgStore, rdb 
 	if cache != nil {
 		// Edits made on other instances reach this one's memory through
 		// Redis, and changes Redis missed are retried (invalidate.go).
-		sub := startSubscriber(rdb, cache.channel, drops, purges, cache.retryPending, lagBound, m.invalidationCounts(), log)
+		sub := startSubscriber(rdb, cache.channel, drops, purges, cache.retryPending, cache.resendRecent, lagBound, m.invalidationCounts(), log)
 		stops = append(stops, func() {
 			if err := sub.close(); err != nil {
 				log.Error("close invalidations", "err", err)

@@ -120,6 +120,7 @@ known_flakes=$(cat <<'FLAKES'
 31 32|TestHistoryUnderFaults|open: in step 32's first fresh rehearsal, at HEAD with GOMAXPROCS=1 and three of HEAD's suites at once, 16,000 operations took 179 s (5.97 x the pace) and instance 2 served a link 12-16 s after an edit, past the 8.7 s bound; cause not found (docs/32)
 33|TestHistoryUnderFaults|still open at step 33: its probes bound a subscriber that falls behind, one candidate cause, but no run here reached 6 x the pace, and none of nine starved runs with probes found a subscriber 1 s behind (docs/33)
 34|TestHistoryUnderFaults|still open at step 34 (docs/33); step 34 changes what a create waits for, not how a change reaches the instances
+35|TestHistoryUnderFaults|still open at step 35 (docs/33); step 35 changes what happens in a Redis failover, which this test does not make
 FLAKES
 )
 retry_known_flake() { # DIR LABEL OUTPUT: 0 if every failure was a known one at its steps and a retry of each passed

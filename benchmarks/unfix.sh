@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# unfix.sh: each of step 27's fixes (and step 29's, 30's, 31's, 33's and 34's) undone, one at a
+# unfix.sh: each of step 27's fixes (and step 29's, 30's, 31's, 33's, 34's and 35's) undone, one at a
 # time, and the test written for it run against the result: a test that
 # passes with its fix undone proves nothing. For each: a copy of the
 # committed tree (git worktree, detached at HEAD), one substitution that
@@ -78,13 +78,18 @@ ackcap50ms|config.go|s/defaultBloomAckTimeout = 5 \* time\.Second/defaultBloomAc
 ackcapstall|config.go|s/defaultBloomAckTimeout = 5 \* time\.Second/defaultBloomAckTimeout = 50 * time.Millisecond/|TestFeedStalledInstanceHoldsCreateUntilItsRegistrationEnds
 forgedlive|live.go|s/!f\.auth\.verify\(mac, "feed-live", f\.live, id, u\)/mac == ""/|TestFeedIgnoresForgedRegistrations
 memorycall|live.go|s/redis\.pcall\(\x27MEMORY/redis.call(\x27MEMORY/g|TestFeedWhereMemoryIsRefused
-heardrenewal|bloomfeed.go|s/\t\tcase ok && renewed\.Add\(-liveTTL\)\.After\(published\.Add\(liveMargin\)\):\n\t\t\tdelete\(w\.need, id\) \/\/ heard: see above\n//|TestAckWaitersLapsed
+heardrenewal|ackwait.go|s/\t\tcase ok && renewed\.Add\(-liveTTL\)\.After\(published\.Add\(liveMargin\)\):\n\t\t\tdelete\(w\.need, id\) \/\/ heard: see above\n//|TestAckWaitersLapsed
 countcap|bloomfeed.go|s/wait := min\(f\.ackTimeout, countAckTimeout\)/wait := f.ackTimeout/|TestFeedWhereMemoryIsRefused
 nodereg|live.go|s/\t\t\tf\.deregister\(\)\n//|TestFeedStopsCleanly
+substays|lag.go|s/if nobody\+\+; nobody >= 2 \{/if nobody++; false {/|TestFeedAndInvalidationsFollowAFailoverWhileTheOldMasterRuns
+nowait|redis.go|s/\tif replicas == 0 \{\n\t\treturn write\(rdb\)/\tif true {\n\t\treturn write(rdb)/|TestChangeCountsOnlyOnceAReplicaHasIt
+nowaitretry|invalidate.go|s/if n := c\.rdb\.waitReplicas; n > 0 \{/if n := c.rdb.waitReplicas; false \&\& n > 0 {/|TestChangeCountsOnlyOnceAReplicaHasIt
+probekey|live.go|s/if redis\.call\(\x27DEL\x27, KEYS\[2\]\) == 0 then return -1 end//|TestRegistrationNeedsItsProbe
+noresend|invalidate.go|s/(func \(c \*cachedStore\) resendRecent\(ctx context\.Context\) \{\n)/$1\treturn\n/|TestResubscriptionTellsRecentChangesAgain
 nodrops|invalidate.go|s/for _, d := range s\.drop \{\n\t\t\td\(msg\.Payload\)\n\t\t\}/_ = s.drop/|TestHistoryUnderFaults
 '
 {
-	echo "# step 27's, 29's, 30's, 31's, 33's and 34's fixes undone one at a time, each with the test written for it"
+	echo "# step 27's, 29's, 30's, 31's, 33's, 34's and 35's fixes undone one at a time, each with the test written for it"
 	echo "# made by:   benchmarks/unfix.sh $*; commit $(git -C "$repo" rev-parse --short=12 HEAD), date $(date -u '+%Y-%m-%dT%H:%M:%SZ')"
 	echo "# machine:   $(machine_line)"
 	echo "# software:  $(go version | cut -d' ' -f3-)"
