@@ -59,23 +59,18 @@ type cachedStore struct {
 	pending  map[string]uint64
 	stamp    uint64
 	npending atomic.Int64
-	// recent are the codes changed here lately, with when (c.mu): told
-	// again after each resubscription (resendRecent, step 35).
-	recent map[string]time.Time
+	// recent are the codes changed here lately, with when (recentMu):
+	// told again after each resubscription (resendRecent, step 35), and
+	// read from the primary meanwhile (isRecent, step 36). recentUntil
+	// is when the last of them leaves the window (recentMu), and nrecent
+	// how many there are, so that the check is one atomic load while
+	// nothing was changed here lately. A lock of their own, read-locked
+	// by lookups: c.mu is the retries'.
+	recentMu    sync.RWMutex
+	recent      map[string]time.Time
+	recentUntil time.Time
+	nrecent     atomic.Int64
 }
-
-// recentWindow is how long a told change is told again after a
-// resubscription, and maxRecent how many are kept. A Sentinel failover
-// can lose what the old master took after it last replicated, or after
-// a replica was promoted and before the old master was made a replica
-// (which discards its data): the subscriber's connection to it ends then,
-// and its new subscription, to the new master, tells those changes again.
-// REDIS_WAIT_REPLICAS covers most of it; this covers a replica promoted
-// that was not among those that acknowledged (reasoned, docs/35).
-const (
-	recentWindow = 30 * time.Second
-	maxRecent    = 1024
-)
 
 // maxPending bounds the codes a cachedStore keeps to tell Redis about.
 const maxPending = 10_000
@@ -127,10 +122,15 @@ func newCachedStore(store Store, rdb *guardedRedis, o cacheOptions, log *slog.Lo
 // is overwritten with the store's answer. Unknown codes are not cached
 // (see docs/05 on negative caching); deleted ones are, as a tombstone.
 func (c *cachedStore) Lookup(ctx context.Context, code string) (Target, error) {
-	if c.isPending(code) {
+	if c.isPending(code) || c.isRecent(code) {
 		// Redis was not told of this code's last change: what it holds
 		// may be the link as it was (step 27's history checker saw this
-		// instance serve it for seconds after its own edit).
+		// instance serve it for seconds after its own edit). Or it was
+		// told lately, and a failover may have lost it since: step 36's
+		// checker on three hosts, under a Sentinel failover, saw this
+		// instance serve an edited link as it was, up to a second after
+		// the edit's 200 (reasoned: read from a Redis that no longer had
+		// the change, before the subscriber told it again).
 		c.counts.skipped.Inc()
 		return primaryOf(c.Store).Lookup(ctx, code)
 	}

@@ -18,32 +18,14 @@ import (
 
 	"github.com/anishathalye/porcupine"
 	"github.com/redis/go-redis/v9"
+
+	"shortener/linkhistory"
 )
 
-// The history checker (issue 24): clients record what they asked of the
-// service and what it answered, each with when it was asked and when it
-// answered, while faults happen; then checkers decide whether the history
-// is one the service is allowed to have.
-//
-// The writes (creates, edits, deletes, each with the status it got) must
-// be linearizable: some order of them, each placed between its call and
-// its return, explains every status, for a link modelled as a register
-// that a create sets, an edit changes and a delete ends for good.
-// porcupine (github.com/anishathalye/porcupine) decides that; the search
-// over orders is what the standard library has nothing like.
-//
-// The reads are checked against the writes with the bound the service
-// promises instead (docs/operations.md): an instance that did not make a
-// change may serve the link as it was for historyBound. Every URL written
-// is unique, so a redirect names the write it saw, and a read is refused
-// when a write it must have seen had ended more than historyBound before
-// it began: a redirect to a URL that a later edit had replaced, or a link
-// that a DELETE had ended; a 404 after the link's create; a URL no write
-// had begun to set. On the instance that made a change there is no bound:
-// a read there that began after the change's answer must see it.
-// (porcupine with each read's call moved back by the bound would check
-// the same and more, but proved too slow here: with reads that overlap by
-// seconds, it ran out its two minutes on a history of 2,400 operations.)
+// The history checker (issue 24) is package linkhistory (since step 36,
+// when the clients run against the three hosts began to use it too); its
+// comment says what it refuses. This file runs it against three
+// instances in process.
 
 // historyBound is the staleness allowed to a read here: how long a change
 // may take to reach another instance, subscriptions cut and made again
@@ -76,213 +58,20 @@ func historyBoundFor(took, pace time.Duration) time.Duration {
 	return historyWaits + time.Duration(slow*float64(historyWork))
 }
 
-// linkOp is what a client asked: op is create, edit, delete or read.
-type linkOp struct {
-	link, op, url string
-	inst          int
-}
-
-// linkAnswer is what the service said: the status, and for a redirect
-// where to.
-type linkAnswer struct {
-	status int
-	url    string
-}
-
-// linkState is one link as the model holds it.
-type linkState struct {
-	made, deleted bool
-	url           string
-}
-
-// linkModel is a link as a register that a create sets, an edit changes
-// and a delete ends for good; a read must see it as it is.
-var linkModel = porcupine.Model{
-	Partition: func(history []porcupine.Operation) [][]porcupine.Operation {
-		by := map[string][]porcupine.Operation{}
-		var links []string
-		for _, o := range history {
-			l := o.Input.(linkOp).link
-			if _, ok := by[l]; !ok {
-				links = append(links, l)
-			}
-			by[l] = append(by[l], o)
-		}
-		parts := make([][]porcupine.Operation, 0, len(links))
-		for _, l := range links {
-			parts = append(parts, by[l])
-		}
-		return parts
-	},
-	Init: func() any { return linkState{} },
-	Step: func(state, input, output any) (bool, any) {
-		s, in, out := state.(linkState), input.(linkOp), output.(linkAnswer)
-		switch in.op {
-		case "create":
-			switch out.status {
-			case http.StatusCreated:
-				return !s.made, linkState{made: true, url: in.url}
-			case http.StatusConflict: // the alias is, or was, a link's
-				return s.made, s
-			}
-		case "edit":
-			switch out.status {
-			case http.StatusOK:
-				return s.made && !s.deleted, linkState{made: true, url: in.url}
-			case http.StatusGone:
-				return s.deleted, s
-			}
-		case "delete":
-			switch out.status {
-			case http.StatusNoContent:
-				return s.made && !s.deleted, linkState{made: true, deleted: true}
-			case http.StatusGone:
-				return s.deleted, s
-			}
-		case "read":
-			switch out.status {
-			case http.StatusFound:
-				return s.made && !s.deleted && out.url == s.url, s
-			case http.StatusGone:
-				return s.deleted, s
-			case http.StatusNotFound:
-				return !s.made, s
-			}
-		}
-		return false, s
-	},
-	DescribeOperation: func(input, output any) string {
-		in, out := input.(linkOp), output.(linkAnswer)
-		return fmt.Sprintf("%s %s via %d (%s) -> %d %s", in.op, in.link, in.inst, in.url, out.status, out.url)
-	},
-	DescribeState: func(state any) string {
-		s := state.(linkState)
-		return fmt.Sprintf("made=%v deleted=%v %s", s.made, s.deleted, s.url)
-	},
-}
-
-// history is the operations the clients recorded, safe to add to at once.
-type history struct {
-	mu    sync.Mutex
-	start time.Time
-	ops   []porcupine.Operation
-}
-
-func (h *history) now() int64 { return time.Since(h.start).Nanoseconds() }
-
-func (h *history) add(client int, in linkOp, call int64, out linkAnswer, ret int64) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.ops = append(h.ops, porcupine.Operation{ClientId: client, Input: in, Call: call, Output: out, Return: ret})
-}
-
 // writesAllowed is porcupine's verdict on the writes of ops; on a refusal
 // not planted, it saves porcupine's drawing of them and says where.
 func writesAllowed(t *testing.T, ops []porcupine.Operation, planted bool) porcupine.CheckResult {
 	t.Helper()
-	var writes []porcupine.Operation
-	for _, o := range ops {
-		if o.Input.(linkOp).op != "read" {
-			writes = append(writes, o)
-		}
-	}
-	res, info := porcupine.CheckOperationsVerbose(linkModel, writes, time.Minute)
+	res, info := linkhistory.Writes(ops, time.Minute)
 	if res != porcupine.Ok && !planted {
 		path := filepath.Join(os.TempDir(), fmt.Sprintf("history-writes-%d.html", time.Now().UnixNano()))
-		if err := porcupine.VisualizePath(linkModel, info, path); err != nil {
+		if err := porcupine.VisualizePath(linkhistory.Model, info, path); err != nil {
 			t.Logf("visualize: %v", err)
 		} else {
 			t.Logf("porcupine's drawing of the writes: %s", path)
 		}
 	}
 	return res
-}
-
-// staleReads are the reads in ops that no state within bound before them
-// explains (see the comment at the top), each described.
-func staleReads(ops []porcupine.Operation, bound time.Duration) []string {
-	b := bound.Nanoseconds()
-	byLink := map[string][]porcupine.Operation{}
-	for _, o := range ops {
-		in := o.Input.(linkOp)
-		byLink[in.link] = append(byLink[in.link], o)
-	}
-	var stale []string
-	for link, lops := range byLink {
-		// The writes that changed the link, and who set each URL.
-		var changes []porcupine.Operation
-		setBy := map[string]porcupine.Operation{}
-		for _, o := range lops {
-			in, out := o.Input.(linkOp), o.Output.(linkAnswer)
-			if (in.op == "create" && out.status == http.StatusCreated) || (in.op == "edit" && out.status == http.StatusOK) ||
-				(in.op == "delete" && out.status == http.StatusNoContent) {
-				changes = append(changes, o)
-				if in.op != "delete" {
-					setBy[in.url] = o
-				}
-			}
-		}
-		// must: whether a read r had to see change c, given the bound:
-		// c ended before r began, by more than the bound unless r went to
-		// the instance that made c.
-		must := func(r, c porcupine.Operation) bool {
-			if r.Input.(linkOp).inst == c.Input.(linkOp).inst {
-				return c.Return < r.Call
-			}
-			return c.Return+b < r.Call
-		}
-		for _, r := range lops {
-			in, out := r.Input.(linkOp), r.Output.(linkAnswer)
-			if in.op != "read" {
-				continue
-			}
-			say := func(why string) {
-				stale = append(stale, fmt.Sprintf("%s via instance %d at %v answered %d %s: %s", link, in.inst,
-					time.Duration(r.Call), out.status, out.url, why))
-			}
-			switch out.status {
-			case http.StatusFound:
-				w, ok := setBy[out.url]
-				switch {
-				case !ok:
-					say("no write set that URL")
-				case w.Call > r.Return:
-					say("the write that set it had not begun")
-				default:
-					for _, c := range changes {
-						// A change that began after w ended replaced it;
-						// a delete ends the link whenever it began.
-						if (c.Call > w.Return || c.Input.(linkOp).op == "delete") && must(r, c) {
-							say(fmt.Sprintf("replaced by %s via %d, which ended %v before", c.Input.(linkOp).op,
-								c.Input.(linkOp).inst, time.Duration(r.Call-c.Return)))
-							break
-						}
-					}
-				}
-			case http.StatusNotFound:
-				for _, c := range changes {
-					if c.Input.(linkOp).op == "create" && must(r, c) {
-						say(fmt.Sprintf("created via %d %v before", c.Input.(linkOp).inst, time.Duration(r.Call-c.Return)))
-						break
-					}
-				}
-			case http.StatusGone:
-				deleted := false
-				for _, c := range changes {
-					if c.Input.(linkOp).op == "delete" && c.Call < r.Return {
-						deleted = true
-					}
-				}
-				if !deleted {
-					say("no DELETE had begun")
-				}
-			default:
-				say("not an answer a read may give")
-			}
-		}
-	}
-	slices.Sort(stale)
-	return stale
 }
 
 // TestHistoryUnderFaults: three instances on one Postgres and one Redis,
@@ -328,7 +117,7 @@ func TestHistoryUnderFaults(t *testing.T) {
 		Transport:     &http.Transport{MaxIdleConnsPerHost: clients},
 	}
 
-	h := &history{start: time.Now()}
+	h := linkhistory.New()
 	var (
 		tokens   sync.Map // link → token, once its create answered 201
 		done     atomic.Int64
@@ -342,26 +131,26 @@ func TestHistoryUnderFaults(t *testing.T) {
 		default:
 		}
 	}
-	do := func(method, url, body, token string) (linkAnswer, error) {
+	do := func(method, url, body, token string) (linkhistory.Answer, error) {
 		req, err := http.NewRequest(method, url, strings.NewReader(body))
 		if err != nil {
-			return linkAnswer{}, err
+			return linkhistory.Answer{}, err
 		}
 		if token != "" {
 			req.Header.Set("Authorization", "Bearer "+token)
 		}
 		resp, err := client.Do(req)
 		if err != nil {
-			return linkAnswer{}, err
+			return linkhistory.Answer{}, err
 		}
 		defer resp.Body.Close()
-		a := linkAnswer{status: resp.StatusCode, url: resp.Header.Get("Location")}
+		a := linkhistory.Answer{Status: resp.StatusCode, URL: resp.Header.Get("Location")}
 		if method == "POST" && resp.StatusCode == http.StatusCreated {
 			var c created
 			if err := json.NewDecoder(resp.Body).Decode(&c); err != nil {
 				return a, err
 			}
-			a.url = c.Token // carried back to the caller, not checked
+			a.URL = c.Token // carried back to the caller, not checked
 		}
 		return a, nil
 	}
@@ -428,37 +217,37 @@ func TestHistoryUnderFaults(t *testing.T) {
 				writer := l % len(bases)
 				token, _ := tokens.Load(link)
 				tok, _ := token.(string)
-				var in linkOp
+				var in linkhistory.Op
 				var method, url, body string
 				switch p := r.IntN(1000); {
 				case p < 20: // a create: the first of a link's is 201, the rest 409
-					in = linkOp{link: link, op: "create", url: fmt.Sprintf("https://h.example/%s/c%d-%d", link, c, i), inst: inst}
-					method, url, body = "POST", bases[inst]+"/shorten", fmt.Sprintf(`{"url":%q,"alias":%q}`, in.url, link)
+					in = linkhistory.Op{Link: link, Kind: "create", URL: fmt.Sprintf("https://h.example/%s/c%d-%d", link, c, i), Inst: inst}
+					method, url, body = "POST", bases[inst]+"/shorten", fmt.Sprintf(`{"url":%q,"alias":%q}`, in.URL, link)
 				case p < 320 && tok != "":
-					in = linkOp{link: link, op: "edit", url: fmt.Sprintf("https://h.example/%s/e%d-%d", link, c, i), inst: writer}
-					method, url, body = "PATCH", bases[writer]+"/api/links/"+link, fmt.Sprintf(`{"url":%q}`, in.url)
+					in = linkhistory.Op{Link: link, Kind: "edit", URL: fmt.Sprintf("https://h.example/%s/e%d-%d", link, c, i), Inst: writer}
+					method, url, body = "PATCH", bases[writer]+"/api/links/"+link, fmt.Sprintf(`{"url":%q}`, in.URL)
 				case p < 323 && tok != "" && deletable(link): // rare, and half the links only
-					in = linkOp{link: link, op: "delete", inst: writer}
+					in = linkhistory.Op{Link: link, Kind: "delete", Inst: writer}
 					method, url = "DELETE", bases[writer]+"/api/links/"+link
 				default:
-					in = linkOp{link: link, op: "read", inst: inst}
+					in = linkhistory.Op{Link: link, Kind: "read", Inst: inst}
 					method, url = "GET", bases[inst]+"/"+link
 				}
-				call := h.now()
+				call := h.Now()
 				a, err := do(method, url, body, tok)
-				ret := h.now()
+				ret := h.Now()
 				if err != nil {
 					problem("%s %s: %v", method, url, err)
 					return
 				}
-				if in.op == "create" && a.status == http.StatusCreated {
-					tokens.Store(link, a.url)
-					a.url = ""
+				if in.Kind == "create" && a.Status == http.StatusCreated {
+					tokens.Store(link, a.URL)
+					a.URL = ""
 				}
-				if a.status >= 500 {
-					problem("%s %s: %d", method, url, a.status)
+				if a.Status >= 500 {
+					problem("%s %s: %d", method, url, a.Status)
 				}
-				h.add(c, in, call, a, ret)
+				h.Add(c, in, call, a, ret)
 				switch n := done.Add(1); {
 				case n == slowFrom:
 					proxy.slow(100 * time.Millisecond)
@@ -480,12 +269,12 @@ func TestHistoryUnderFaults(t *testing.T) {
 		return
 	}
 
-	ops := h.ops
+	ops := h.Ops()
 	count := map[string]int{}
 	for _, o := range ops {
-		count[o.Input.(linkOp).op+" "+fmt.Sprint(o.Output.(linkAnswer).status)]++
+		count[o.Input.(linkhistory.Op).Kind+" "+fmt.Sprint(o.Output.(linkhistory.Answer).Status)]++
 	}
-	took := time.Since(h.start)
+	took := time.Since(h.Start())
 	bound := historyBoundFor(took, minRun)
 	t.Logf("%d operations in %v (%.2f × the pace's %v) on %d links through %d instances by %d clients, %d faults (Redis connections cut, cache emptied, in turn), Redis slow from operation %d to %d; bound %v; %v",
 		len(ops), took.Round(time.Millisecond), float64(took)/float64(minRun), minRun, links, len(bases), clients, faults.Load(), slowFrom, slowTo, bound.Round(time.Millisecond), count)
@@ -511,22 +300,12 @@ func TestHistoryUnderFaults(t *testing.T) {
 	if res := writesAllowed(t, ops, false); res != porcupine.Ok {
 		t.Errorf("the writes are not linearizable (porcupine: %s)", res)
 	}
-	if stale := staleReads(ops, bound); len(stale) > 0 {
+	if stale := linkhistory.Stale(ops, bound); len(stale) > 0 {
 		t.Errorf("%d reads not allowed with a bound of %v, the first: %s", len(stale), bound.Round(time.Millisecond), strings.Join(stale[:min(5, len(stale))], "; "))
 	}
 	// The least bound the history meets, to the millisecond: how late the
 	// latest read on another instance was to see a change (docs/29).
-	lo, hi := time.Duration(0), bound
-	for len(staleReads(ops, hi)) > 0 && hi < time.Hour {
-		lo, hi = hi, 2*hi
-	}
-	for hi-lo > time.Millisecond {
-		if mid := (lo + hi) / 2; len(staleReads(ops, mid)) == 0 {
-			hi = mid
-		} else {
-			lo = mid
-		}
-	}
+	hi := linkhistory.LeastBound(ops)
 	t.Logf("the least bound this history meets: %v", hi.Round(time.Millisecond))
 
 	if t.Failed() {
@@ -548,37 +327,37 @@ func TestHistoryUnderFaults(t *testing.T) {
 	sorted := slices.Clone(ops)
 	slices.SortFunc(sorted, func(a, b porcupine.Operation) int { return cmp.Compare(a.Return, b.Return) })
 	for _, o := range sorted {
-		in, out := o.Input.(linkOp), o.Output.(linkAnswer)
+		in, out := o.Input.(linkhistory.Op), o.Output.(linkhistory.Answer)
 		switch {
-		case in.op == "create" && out.status == http.StatusCreated:
-			cur[in.link] = in.url
-		case in.op == "edit" && out.status == http.StatusOK:
-			before[in.link], cur[in.link] = cur[in.link], in.url
-		case in.op == "delete" && out.status == http.StatusNoContent:
-			deletedAt[in.link] = o
-		case in.op == "edit" && out.status == http.StatusGone, in.op == "read", in.op == "create" && out.status == http.StatusConflict:
+		case in.Kind == "create" && out.Status == http.StatusCreated:
+			cur[in.Link] = in.URL
+		case in.Kind == "edit" && out.Status == http.StatusOK:
+			before[in.Link], cur[in.Link] = cur[in.Link], in.URL
+		case in.Kind == "delete" && out.Status == http.StatusNoContent:
+			deletedAt[in.Link] = o
+		case in.Kind == "edit" && out.Status == http.StatusGone, in.Kind == "read", in.Kind == "create" && out.Status == http.StatusConflict:
 			continue // changed nothing
 		}
-		if in.op != "read" {
-			ordered[in.link] = o.Call > wroteUntil[in.link]
-			wroteUntil[in.link] = max(wroteUntil[in.link], o.Return)
+		if in.Kind != "read" {
+			ordered[in.Link] = o.Call > wroteUntil[in.Link]
+			wroteUntil[in.Link] = max(wroteUntil[in.Link], o.Return)
 		}
 	}
-	end := h.now() + 2*bound.Nanoseconds()
+	end := h.Now() + 2*bound.Nanoseconds()
 	plant := func(o porcupine.Operation) []porcupine.Operation { return append(slices.Clone(ops), o) }
 	planted := 0
 	for link, old := range before {
 		if _, gone := deletedAt[link]; gone || old == "" || !ordered[link] || planted > 0 {
 			continue
 		}
-		stale := porcupine.Operation{ClientId: clients, Input: linkOp{link: link, op: "read"}, Call: end,
-			Output: linkAnswer{status: http.StatusFound, url: old}, Return: end + 1}
-		if got := staleReads(plant(stale), bound); len(got) != 1 {
+		stale := porcupine.Operation{ClientId: clients, Input: linkhistory.Op{Link: link, Kind: "read"}, Call: end,
+			Output: linkhistory.Answer{Status: http.StatusFound, URL: old}, Return: end + 1}
+		if got := linkhistory.Stale(plant(stale), bound); len(got) != 1 {
 			t.Errorf("a planted read of %s's URL before its last edit: %d refused, want 1 (%v)", link, len(got), got)
 		}
 		fresh := stale
-		fresh.Output = linkAnswer{status: http.StatusFound, url: cur[link]}
-		if got := staleReads(plant(fresh), bound); len(got) != 0 {
+		fresh.Output = linkhistory.Answer{Status: http.StatusFound, URL: cur[link]}
+		if got := linkhistory.Stale(plant(fresh), bound); len(got) != 0 {
 			t.Errorf("a read of %s's URL now: refused (%v), want allowed", link, got)
 		}
 		planted++
@@ -587,13 +366,13 @@ func TestHistoryUnderFaults(t *testing.T) {
 		if planted > 1 {
 			break
 		}
-		served := porcupine.Operation{ClientId: clients, Input: linkOp{link: link, op: "read", inst: d.Input.(linkOp).inst},
-			Call: d.Return + 1, Output: linkAnswer{status: http.StatusFound, url: cur[link]}, Return: d.Return + 2}
-		if got := staleReads(plant(served), bound); len(got) != 1 {
+		served := porcupine.Operation{ClientId: clients, Input: linkhistory.Op{Link: link, Kind: "read", Inst: d.Input.(linkhistory.Op).Inst},
+			Call: d.Return + 1, Output: linkhistory.Answer{Status: http.StatusFound, URL: cur[link]}, Return: d.Return + 2}
+		if got := linkhistory.Stale(plant(served), bound); len(got) != 1 {
 			t.Errorf("a planted redirect of %s by the instance that deleted it, after the 204: %d refused, want 1", link, len(got))
 		}
-		edit := porcupine.Operation{ClientId: clients, Input: linkOp{link: link, op: "edit", url: "https://h.example/after-delete"},
-			Call: end, Output: linkAnswer{status: http.StatusOK}, Return: end + 1}
+		edit := porcupine.Operation{ClientId: clients, Input: linkhistory.Op{Link: link, Kind: "edit", URL: "https://h.example/after-delete"},
+			Call: end, Output: linkhistory.Answer{Status: http.StatusOK}, Return: end + 1}
 		if res := writesAllowed(t, plant(edit), true); res != porcupine.Illegal {
 			t.Errorf("an edit of %s answered 200 after its delete's 204: porcupine says %s, want it refused", link, res)
 		}

@@ -406,49 +406,6 @@ func (c *cachedStore) afterTell(ctx context.Context, code string, err error) boo
 	return true
 }
 
-// noteChanged keeps code among the recent changes, as of now. Only a
-// change does (Change); telling it again does not, so that a code is
-// told again for recentWindow after its change, not for good.
-func (c *cachedStore) noteChanged(ctx context.Context, code string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	now := time.Now()
-	if _, ok := c.recent[code]; !ok && len(c.recent) >= maxRecent {
-		for k, at := range c.recent {
-			if now.Sub(at) > recentWindow {
-				delete(c.recent, k)
-			}
-		}
-		if len(c.recent) >= maxRecent {
-			c.warns.warn(ctx, "cache: too many recent changes to tell again after a resubscription; this one is not kept",
-				fmt.Errorf("cache: %d changes in %v", len(c.recent), recentWindow))
-			return
-		}
-	}
-	c.recent[code] = now
-}
-
-// resendRecent keeps every code changed here within recentWindow for the
-// next retry, which reads each from the primary and tells it again (the
-// subscriber asks for one at once after each subscription). Meanwhile
-// this instance's lookups of them go to the primary.
-func (c *cachedStore) resendRecent(ctx context.Context) {
-	c.mu.Lock()
-	since := time.Now().Add(-recentWindow)
-	codes := make([]string, 0, len(c.recent))
-	for code, at := range c.recent {
-		if at.Before(since) {
-			delete(c.recent, code)
-			continue
-		}
-		codes = append(codes, code)
-	}
-	c.mu.Unlock()
-	for _, code := range codes {
-		c.remember(ctx, code)
-	}
-}
-
 func (c *cachedStore) remember(ctx context.Context, code string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()

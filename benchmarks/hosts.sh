@@ -12,6 +12,8 @@
 #             moved off it
 #   redis     the host of the Redis master, moved first to the host of the
 #             asynchronous standby
+#   failover  no host: the Sentinels move the Redis master to a replica
+#             (SENTINEL FAILOVER), the old master kept as a replica
 #
 # In each: vegeta sends redirects (GET of 500 links made beforehand, at
 # RATE a second) and creates (POST /shorten, each a new URL, at CREATES a
@@ -22,13 +24,20 @@
 # for in the primary Postgres then has; then the host is restored
 # (deploy/hosts.sh restore) and the time that takes is written down.
 #
+# Since step 36, beside that load, the history checker's clients
+# (benchmarks/historyclients, package linkhistory) create, edit, delete
+# and read links of their own through each app directly, and their
+# history is checked: 36-history-PART.txt (the verdict) and .jsonl.gz (the
+# history). A history refused fails the script, after every part ran.
+#
 #   benchmarks/hosts.sh [-q] [-o DIR] [-p PARTS] [-d SECONDS] [-r RATE] [-c CREATES]
 #
 #   -q        quick (CI): 24 s runs, harm at 6 s, 100 redirects and 10
 #             creates a second
-#   -o DIR    where the outputs go: 20-fail-PART.txt for each part
+#   -o DIR    where the outputs go: 20-fail-PART.txt and 36-history-PART.*
+#             for each part
 #             (default: a temporary directory, removed)
-#   -p PARTS  comma-separated (default app,standby,postgres,redis)
+#   -p PARTS  comma-separated (default app,standby,postgres,redis,failover)
 #   -d, -r, -c  run length (default 60 s; harm at a quarter of it),
 #             redirects a second (300), creates a second (20)
 #
@@ -36,23 +45,30 @@
 # down at the end, however it ends. Needs what deploy/hosts.sh needs, and vegeta.
 set -euo pipefail
 
-out='' parts='app standby postgres redis' dur=60 rate=300 creates=20
+out='' parts='app standby postgres redis failover' dur=60 rate=300 creates=20
 args="$*"
 while getopts qo:p:d:r:c: opt; do
 	case $opt in
 	q) dur=24 rate=100 creates=10 ;;
 	o) out=$OPTARG ;; d) dur=${OPTARG%s} ;; r) rate=$OPTARG ;; c) creates=$OPTARG ;;
 	p) parts=$(echo "$OPTARG" | tr ',' ' ') ;;
-	*) sed -n '2,36p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
+	*) sed -n '2,45p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
 	esac
 done
 for v in "d $dur" "r $rate" "c $creates"; do
 	case ${v#* } in '' | *[!0-9]* | 0) echo "hosts.sh: -${v%% *} wants a whole number above 0" >&2; exit 2 ;; esac
 done
-for p in $parts; do case $p in app | standby | postgres | redis) ;; *) echo "hosts.sh: unknown part $p (app, standby, postgres, redis)" >&2; exit 2 ;; esac; done
+for p in $parts; do case $p in app | standby | postgres | redis | failover) ;; *) echo "hosts.sh: unknown part $p (app, standby, postgres, redis, failover)" >&2; exit 2 ;; esac; done
 for t in go vegeta curl redis-cli; do command -v "$t" >/dev/null || { echo "hosts.sh: $t not found" >&2; exit 1; }; done
 [ "$dur" -ge 8 ] || { echo "hosts.sh: -d wants 8 seconds or more (the harm comes at a quarter)" >&2; exit 2; }
 harm=$((dur / 4))
+# hbound_for PART: the staleness the history checker allows a read on an
+# app that did not make the change, as docs/operations.md states it: 5 s,
+# as in the suite (a retry's 4.25 s, and work), while Redis answers; in
+# the redis part, where the Redis master is unreachable until the
+# Sentinels promote a replica, LOCAL_CACHE_TTL (1 m, the apps' default)
+# and those 5 s. On the app that made the change there is no bound.
+hbound_for() { case $1 in redis) echo 65s ;; *) echo 5s ;; esac; }
 case $out in '' | /*) ;; *) out="$PWD/$out" ;; esac
 cd "$(git rev-parse --show-toplevel)"
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/hosts.XXXXXX")
@@ -61,12 +77,12 @@ export HOSTS_DIR="$tmp/hosts"
 keep=$out
 [ -n "$out" ] || out="$tmp/out"
 mkdir -p "$out"
-rp='' cp='' wp=''
+rp='' cp='' wp='' hp=''
 cleanup() {
 	local rc=$? kept h
 	# The load and the roles loop first: they would go on for the rest
 	# of their run, asking hosts that are gone.
-	for p in $rp $cp $wp; do kill "$p" 2>/dev/null || true; done
+	for p in $rp $cp $wp $hp; do kill "$p" 2>/dev/null || true; done
 	wait 2>/dev/null || true
 	if [ "$rc" != 0 ]; then
 		# A failure keeps every host's logs (deploy/hosts.sh down deletes
@@ -91,6 +107,7 @@ trap 'exit 130' INT TERM
 codeid=$(sh benchmarks/codeid.sh)
 commit="$(git rev-parse --short=12 HEAD)$(git diff --quiet HEAD -- . ':!benchmarks/20-*' || echo ' (dirty tree)')"
 go build -o "$tmp/timeline" ./benchmarks/timeline
+go build -o "$tmp/historyclients" ./benchmarks/historyclients
 base=http://127.0.0.1:${HOSTS_PORT:-18080}
 ip_of() { echo "10.77.0.1${1#h}"; }
 
@@ -106,7 +123,7 @@ deploy/hosts.sh up 2>"$tmp/up.log" || { cat "$tmp/up.log" >&2; exit 1; }
 # stopped there (docs/30). How many were sent again goes into every
 # output's header; any other answer stops the script.
 : >"$tmp/redirects.txt"
-seed_503=0
+seed_503=0 refused=''
 for i in $(seq 500); do
 	code=''
 	for try in 1 2 3 4 5; do
@@ -171,7 +188,16 @@ move_redis_to() {
 		((SECONDS < end)) || { echo "hosts.sh: the Sentinel did not see the replica priorities change" >&2; exit 1; }
 		sleep 0.5
 	done
-	redis-cli -h "$(ip_of "$to")" -p 26379 sentinel failover shortener >/dev/null
+	# Asked until the Sentinel says OK: just after a restore it may not
+	# yet count the restored replica as one it could promote
+	# (-NOGOODSLAVE: reasoned). Its answer was thrown away until step
+	# 36, one of whose draft runs stopped here: no failover began, and
+	# the master "did not move" for 60 s.
+	end=$((SECONDS + 60))
+	until [ "$(redis-cli -h "$(ip_of "$to")" -p 26379 sentinel failover shortener 2>&1)" = OK ]; do
+		((SECONDS < end)) || { echo "hosts.sh: the Sentinel refused SENTINEL FAILOVER for 60 s: $(redis-cli -h "$(ip_of "$to")" -p 26379 sentinel failover shortener 2>&1)" >&2; exit 1; }
+		sleep 0.5
+	done
 	end=$((SECONDS + 60))
 	until [ "$(deploy/hosts.sh redis-master)" = "$to" ]; do
 		((SECONDS < end)) || { echo "hosts.sh: the Redis master did not move to $to" >&2; exit 1; }
@@ -189,6 +215,7 @@ move_redis_to() {
 #   standby   s, with the Redis master moved off it
 #   postgres  p, with the Redis master moved off it
 #   redis     the Redis master, moved to a
+#   failover  none: the Redis master moves, no host goes
 victim() {
 	local p s a h
 	p=$(deploy/hosts.sh primary) s=$(sync_standby) a=''
@@ -203,6 +230,7 @@ victim() {
 	standby) move_redis_to "$a"; echo "$s" ;;
 	postgres) move_redis_to "$a"; echo "$p" ;;
 	redis) move_redis_to "$a"; echo "$a" ;;
+	failover) echo none ;;
 	esac
 }
 
@@ -276,6 +304,12 @@ for part in $parts; do
 		done
 	) >"$tmp/roles.txt" &
 	wp=$!
+	hbound=$(hbound_for "$part")
+	# The history checker's clients, on links of their own, each request
+	# to one app directly (reads to any, a link's changes to its own).
+	"$tmp/historyclients" -targets "http://$(ip_of h1):8080,http://$(ip_of h2):8080,http://$(ip_of h3):8080" \
+		-d "${dur}s" -harm "${harm}s" -tag "hist$part" -bound "$hbound" -o "$out/36-history-$part" >"$tmp/history.log" 2>&1 &
+	hp=$!
 	# CPU in the steady part, from the second second to the harm.
 	sleep 1
 	cpu >"$tmp/cpu0"
@@ -283,14 +317,36 @@ for part in $parts; do
 	sleep $((harm - 1))
 	cpu >"$tmp/cpu1"
 	mark=$(date +%s.%N)
-	deploy/hosts.sh remove "$v" 2>>"$tmp/remove.log" || { cat "$tmp/remove.log" >&2; exit 1; }
+	if [ "$part" = failover ]; then
+		m=$(deploy/hosts.sh redis-master)
+		# Just after the last part's restore, the Sentinel may not yet
+		# count a replica it could promote (-NOGOODSLAVE), or still be in
+		# that part's failover (-INPROG): asked again for up to 30 s.
+		tries=0
+		until redis-cli -h "$(ip_of h1)" -p 26379 sentinel failover shortener >"$tmp/failover.log" 2>&1 &&
+			[ "$(cat "$tmp/failover.log")" = OK ]; do
+			tries=$((tries + 1))
+			[ "$tries" -lt 60 ] || { cat "$tmp/failover.log" >&2; echo "hosts.sh: the Sentinel refused SENTINEL FAILOVER for 30 s" >&2; exit 1; }
+			sleep 0.5
+		done
+		echo "SENTINEL FAILOVER asked of h1's Sentinel ($((tries + 1)) asks, $(since "$(date +%s.%N)") s); the master was $m" >>"$tmp/remove.log"
+	else
+		deploy/hosts.sh remove "$v" 2>>"$tmp/remove.log" || { cat "$tmp/remove.log" >&2; exit 1; }
+	fi
 	# Each waited for on its own: wait with several pids returns only the
 	# last one's status.
 	wait "$rp" || { echo "hosts.sh: vegeta (redirects) failed" >&2; exit 1; }
 	wait "$cp" || { echo "hosts.sh: vegeta (creates) failed" >&2; exit 1; }
 	ended=$SECONDS
 	wait "$wp"
-	rp='' cp='' wp=
+	hrc=0
+	wait "$hp" || hrc=$?
+	rp='' cp='' wp='' hp=''
+	case $hrc in
+	0) ;;
+	1) refused+="$part " ;;
+	*) cat "$tmp/history.log" >&2; echo "hosts.sh: the history's clients failed (status $hrc)" >&2; exit 1 ;;
+	esac
 	vegeta encode --to json <"$tmp/red.bin" | "$tmp/timeline" -ok 302 -t0 "$t0" -mark "$mark" >"$tmp/red.txt"
 	vegeta encode --to json <"$tmp/cre.bin" | "$tmp/timeline" -ok 201 -t0 "$t0" -mark "$mark" -codes "$tmp/acked.txt" >"$tmp/cre.txt"
 	acked=$(grep -c . "$tmp/acked.txt" || true)
@@ -310,21 +366,43 @@ for part in $parts; do
 	done
 	waited=$((SECONDS - ended))
 	rs=$SECONDS
-	deploy/hosts.sh restore "$v" 2>>"$tmp/restore.log" || { cat "$tmp/restore.log" >&2; exit 1; }
+	if [ "$part" = failover ]; then
+		# Nothing to restore; the master must have moved.
+		end=$((SECONDS + 60))
+		until m2=$(deploy/hosts.sh redis-master 2>/dev/null) && [ -n "$m2" ] && [ "$m2" != "$m" ]; do
+			((SECONDS < end)) || { echo "hosts.sh: the Redis master did not move from $m" >&2; exit 1; }
+			sleep 0.5
+		done
+	else
+		deploy/hosts.sh restore "$v" 2>>"$tmp/restore.log" || { cat "$tmp/restore.log" >&2; exit 1; }
+	fi
 	restored=$((SECONDS - rs))
 	{
-		echo "# Step 20: $part: the host $v removed at second $(since "$mark") of $dur, under load through nginx"
+		if [ "$part" = failover ]; then
+			echo "# Step 36: $part: the Redis master moved by SENTINEL FAILOVER from second $(since "$mark") of $dur, no host removed, under load through nginx"
+		else
+			echo "# Step 20: $part: the host $v removed at second $(since "$mark") of $dur, under load through nginx"
+		fi
 		echo "# made by:   benchmarks/hosts.sh ${args:-(no flags)} (part $part): -d $dur -r $rate -c $creates; code id $codeid, commit $commit, date $(date -u '+%Y-%m-%dT%H:%M:%SZ')"
 		echo "# machine:   $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1), $(nproc) cores, $(awk '/^MemTotal/ {printf "%.1f GiB", $2 / 1048576}' /proc/meminfo), $(uname -sr)"
 		echo "# software:  $(go version | awk '{print $3}'), $(patroni --version), etcd $(etcd --version | sed -n 's/^etcd Version: //p'), $(haproxy -v | head -n 1 | cut -d' ' -f1-3), $(redis-server --version | cut -d' ' -f1-3), $(nginx -v 2>&1 | cut -d' ' -f3), vegeta $(go version -m "$(command -v vegeta)" 2>/dev/null | awk '$1 == "mod" {print $3}')"
 		echo "# hosts:     deploy/hosts.sh: three network namespaces on one bridge, each with etcd, Patroni + Postgres, HAProxy, Redis + Sentinel and the app; nginx in front"
 		echo "# load:      vegeta, $rate redirects/s over 500 links (made by 500 creates, $seed_503 answers 503 sent again; warmed 5 s), and $creates creates/s, each a new URL, for $dur s, timeout 10 s"
+		echo "#            and beside it (since step 36) the history checker's clients, straight to the apps: $(sed -n 's/^history: \([0-9]*\) operations.*/\1/p' "$tmp/history.log") operations (36-history-$part.txt), not counted below in requests or us_per_req"
 		echo
 		echo "before: $before"
-		echo "removed: $v at $(since "$mark") s: $(cat "$tmp/remove.log" | tail -n 1)"
+		if [ "$part" = failover ]; then
+			echo "removed: no host; at $(since "$mark") s: $(tail -n 1 "$tmp/remove.log")"
+		else
+			echo "removed: $v at $(since "$mark") s: $(tail -n 1 "$tmp/remove.log")"
+		fi
 		echo "acknowledged creates (201): $acked; of them missing from the primary afterwards: $lost"
 		echo "counted: $waited s after the load ended (its results read, then a primary asked)${refusal:+; first refused: $refusal}"
-		echo "restore of $v (deploy/hosts.sh restore, until its app answers): $restored s; after: $(roles)"
+		if [ "$part" = failover ]; then
+			echo "restore: nothing to restore (the master is $m2, was $m; checked $restored s after the count); after: $(roles)"
+		else
+			echo "restore of $v (deploy/hosts.sh restore, until its app answers): $restored s; after: $(roles)"
+		fi
 		echo
 		win=$(awk -v a="$mark" -v b="$c0" 'BEGIN { printf "%.2f", a - b }')
 		echo "## CPU before the harm: ${win} s from second 1, $rate redirects + $creates creates a second ($(awk -v w="$win" -v r=$((rate + creates)) 'BEGIN { printf "%.0f", w * r }') requests); us_per_req = cpu / requests"
@@ -340,6 +418,17 @@ for part in $parts; do
 		cat "$tmp/cre.txt"
 	} >"$f"
 	grep -E '^(removed|acknowledged|counted|restore)' "$f"
+	{
+		echo "# Step 36: $part: the history checker's clients (benchmarks/historyclients) beside step 20's load, the harm at second $(since "$mark") of $dur: $(tail -n 1 "$tmp/remove.log")"
+		echo "# made by:   benchmarks/hosts.sh ${args:-(no flags)} (part $part): -d $dur, bound $hbound; code id $codeid, commit $commit, date $(date -u '+%Y-%m-%dT%H:%M:%SZ')"
+		echo "# machine:   $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1), $(nproc) cores, $(awk '/^MemTotal/ {printf "%.1f GiB", $2 / 1048576}' /proc/meminfo), $(uname -sr)"
+		echo "# history:   36-history-$part.jsonl.gz beside this (check it again: go run ./benchmarks/historyclients -check FILE -bound $hbound -harm ${harm}s); the clients began at second $(since "$(sed -n 's/^history: .*(unix \([0-9.]*\))$/\1/p' "$tmp/history.log")")"
+		echo "# roles:     before: $before; after: $(roles)"
+		echo
+		cat "$tmp/history.log"
+	} >"$out/36-history-$part.txt.new"
+	mv "$out/36-history-$part.txt.new" "$out/36-history-$part.txt"
+	echo "$part history: $(grep -E '^verdict' "$tmp/history.log") ($(grep -E '^the least bound' "$tmp/history.log"))"
 	echo "$part redirects: $(grep -E '^(total|failures)' "$tmp/red.txt" | tr '\n' ' ')"
 	echo "$part creates:   $(grep -E '^(total|failures)' "$tmp/cre.txt" | tr '\n' ' ')"
 	: >"$tmp/remove.log"
@@ -350,4 +439,12 @@ for part in $parts; do
 		sleep 0.5
 	done
 done
+if [ -n "$refused" ]; then
+	echo "hosts.sh: the history checker refused the history of: $refused(36-history-PART.txt)" >&2
+	if [ -z "$keep" ]; then
+		kept=$(mktemp -d "${TMPDIR:-/tmp}/hosts-history.XXXXXX")
+		cp "$out"/36-history-* "$kept/" && echo "hosts.sh: the histories are kept in $kept" >&2
+	fi
+	exit 1
+fi
 if [ "$keep" ]; then echo "Outputs in ${out#"$PWD"/}"; else echo "Outputs not kept (give -o DIR to keep them)"; fi
