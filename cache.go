@@ -70,6 +70,8 @@ type cachedStore struct {
 	recent      map[string]time.Time
 	recentUntil time.Time
 	nrecent     atomic.Int64
+	// noLookups is cacheOptions's (REDIS_LOOKUPS=false, step 37).
+	noLookups bool
 }
 
 // maxPending bounds the codes a cachedStore keeps to tell Redis about.
@@ -83,6 +85,9 @@ type cacheOptions struct {
 	channel string // where Change publishes (invalidate.go); "" = nowhere
 	counts  cacheResults
 	inval   invalidationCounts // zero: counted nowhere
+	// noLookups (REDIS_LOOKUPS=false) sends every lookup below, past
+	// Redis, and fills nothing: changes are still written and published.
+	noLookups bool
 }
 
 func newCachedStore(store Store, rdb *guardedRedis, o cacheOptions, log *slog.Logger) *cachedStore {
@@ -96,18 +101,19 @@ func newCachedStore(store Store, rdb *guardedRedis, o cacheOptions, log *slog.Lo
 		o.auth = randomRedisAuth()
 	}
 	return &cachedStore{
-		Store:   store,
-		rdb:     rdb,
-		auth:    o.auth,
-		ttl:     o.ttl,
-		prefix:  o.prefix,
-		channel: o.channel,
-		warns:   &sampledLog{log: log, every: 10 * time.Second},
-		bad:     &sampledLog{log: log, every: 10 * time.Second},
-		counts:  o.counts,
-		inval:   o.inval,
-		pending: make(map[string]uint64),
-		recent:  make(map[string]time.Time),
+		Store:     store,
+		rdb:       rdb,
+		auth:      o.auth,
+		ttl:       o.ttl,
+		prefix:    o.prefix,
+		channel:   o.channel,
+		warns:     &sampledLog{log: log, every: 10 * time.Second},
+		bad:       &sampledLog{log: log, every: 10 * time.Second},
+		counts:    o.counts,
+		inval:     o.inval,
+		noLookups: o.noLookups,
+		pending:   make(map[string]uint64),
+		recent:    make(map[string]time.Time),
 	}
 }
 
@@ -133,6 +139,10 @@ func (c *cachedStore) Lookup(ctx context.Context, code string) (Target, error) {
 		// the change, before the subscriber told it again).
 		c.counts.skipped.Inc()
 		return primaryOf(c.Store).Lookup(ctx, code)
+	}
+	if c.noLookups {
+		// REDIS_LOOKUPS=false: not counted, not asked, not filled.
+		return c.Store.Lookup(ctx, code)
 	}
 	ok, at := c.rdb.breaker.allow()
 	if !ok {

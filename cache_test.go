@@ -532,3 +532,37 @@ func TestLocalCacheExpires(t *testing.T) {
 	lookup(ErrNotFound, 3)
 	lookup(ErrNotFound, 4) // and not kept
 }
+
+// TestRedisLookupsOff: with REDIS_LOOKUPS=false a lookup neither reads
+// Redis (a value planted there, sealed with the deployment's key, is not
+// served) nor fills it; a change is still written there, for instances
+// that read it.
+func TestRedisLookupsOff(t *testing.T) {
+	opts, prefix := testRedis(t)
+	mem := newMemoryStore()
+	rdb := openTestRedis(t, opts, testRedisTimeout, discardLog)
+	c := newCachedStore(mem, rdb, cacheOptions{auth: testAuth, ttl: time.Minute, prefix: prefix,
+		counts: (*metrics)(nil).cacheResults("redis"), noLookups: true}, discardLog)
+	look := lookInto(t, opts)
+	ctx := context.Background()
+	hash := editOf(t, mem, "nolook1", "https://go.dev/v1")
+	key := prefix + "nolook1"
+	if got, err := c.Lookup(ctx, "nolook1"); err != nil || got.URL != "https://go.dev/v1" {
+		t.Fatalf("lookup = %+v, %v; want the link", got, err)
+	}
+	if n := look.Exists(ctx, key).Val(); n != 0 {
+		t.Errorf("after a lookup, key %s exists; want nothing filled", key)
+	}
+	if err := look.Set(ctx, key, cachedValue(key, "https://go.dev/planted"), time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := c.Lookup(ctx, "nolook1"); err != nil || got.URL != "https://go.dev/v1" {
+		t.Errorf("lookup with a value in Redis = %+v, %v; want the store's link, not Redis's", got, err)
+	}
+	if _, err := c.Change(ctx, "nolook1", hash, LinkChange{URL: "https://go.dev/v2"}); err != nil {
+		t.Fatal(err)
+	}
+	if v := look.Get(ctx, key).Val(); !strings.Contains(v, "https://go.dev/v2") {
+		t.Errorf("after a change, redis %s = %q; want the changed link written", key, v)
+	}
+}

@@ -105,6 +105,11 @@ type config struct {
 	// (which would otherwise serve each other's links) or other tests.
 	redisPrefix string
 	cacheTTL    time.Duration // CACHE_TTL
+	// redisLookups is REDIS_LOOKUPS: whether lookups read links from
+	// Redis and fill it (step 05's cache). Off, Redis still carries the
+	// rate limit, the feed and invalidation; a lookup that misses the
+	// local cache asks Postgres (step 37).
+	redisLookups bool
 	// localCacheBytes is LOCAL_CACHE_BYTES: how much of the process's
 	// memory the links it keeps in front of Redis and Postgres may take;
 	// 0 = none, localCacheAuto = unset: run sizes it to the memory the
@@ -127,7 +132,14 @@ type config struct {
 	// transaction may save for as many creates (group commit); 1 = a
 	// transaction per create.
 	createBatch int
-	accessLog   bool // ACCESS_LOG: a log line for every request
+	// lookupBatch is LOOKUP_BATCH: with Postgres, how many codes one
+	// lookup query may ask for, for as many lookups (lookupbatch.go); 1 =
+	// a query per lookup, as before step 37.
+	lookupBatch int
+	// lookupWorkers is LOOKUP_WORKERS: with LOOKUP_BATCH above 1, how
+	// many lookup queries may be in flight at once.
+	lookupWorkers int
+	accessLog     bool // ACCESS_LOG: a log line for every request
 
 	// idleConnsMax is IDLE_CONNS_MAX: while more connections than this are
 	// open, one that finishes a request is closed instead of kept alive
@@ -303,6 +315,15 @@ const defaultMetricsAddr = "127.0.0.1:6060"
 // statement's arrays small.
 const defaultCreateBatch = 128
 
+// defaultLookupBatch bounds a lookup query's codes (step 37): the lookups
+// that queue while both lookup workers are busy go together, up to this
+// many; the bound keeps one statement's array small.
+const defaultLookupBatch = 32
+
+// defaultLookupWorkers is how many lookup queries may be in flight at
+// once with LOOKUP_BATCH (step 37).
+const defaultLookupWorkers = 2
+
 // The Bloom filter's defaults. One unknown code in a hundred reaching the
 // store is the target for a flood (at most 1% to Postgres), and
 // costs about 9.6 bits a code: 24 MB for ten million codes sized at twice
@@ -342,11 +363,13 @@ const (
 // defaultConfig is the configuration with nothing set.
 func defaultConfig() config {
 	return config{
-		addr:        ":8080",
-		metricsAddr: defaultMetricsAddr,
-		logFormat:   "text",
-		createBatch: defaultCreateBatch,
-		codes:       "random", // "sequence" when DATABASE_URL is set
+		addr:          ":8080",
+		metricsAddr:   defaultMetricsAddr,
+		logFormat:     "text",
+		createBatch:   defaultCreateBatch,
+		lookupBatch:   defaultLookupBatch,
+		lookupWorkers: defaultLookupWorkers,
+		codes:         "random", // "sequence" when DATABASE_URL is set
 		pool: poolConfig{
 			maxOpen:     defaultMaxOpenConns,
 			maxIdle:     defaultMaxIdleConns,
@@ -356,6 +379,7 @@ func defaultConfig() config {
 			timeout:     defaultDBTimeout,
 		},
 		cacheTTL:        defaultCacheTTL,
+		redisLookups:    true,
 		redisTimeout:    defaultRedisTimeout,
 		localCacheBytes: localCacheAuto,
 		localCacheTTL:   defaultLocalCacheTTL,
@@ -466,6 +490,8 @@ func loadConfig(getenv func(string) string) (config, error) {
 	cfg.logFormat = env.oneOf("LOG_FORMAT", cfg.logFormat, "text", "json")
 	cfg.accessLog = env.bool("ACCESS_LOG", cfg.accessLog)
 	cfg.createBatch = env.intIn("CREATE_BATCH", cfg.createBatch, 1, 10_000)
+	cfg.lookupBatch = env.intIn("LOOKUP_BATCH", cfg.lookupBatch, 1, 1_000)
+	cfg.lookupWorkers = env.intIn("LOOKUP_WORKERS", cfg.lookupWorkers, 1, maxDBConns)
 	cfg.databaseURL = env.str("DATABASE_URL", "")
 	cfg.replicaURL = env.str("DATABASE_REPLICA_URL", "")
 	if cfg.replicaURL != "" && cfg.databaseURL == "" {
@@ -507,6 +533,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 	// Below a second a key would expire before it could be hit; past 30
 	// days it would never leave on its own.
 	cfg.cacheTTL = env.durationIn("CACHE_TTL", cfg.cacheTTL, minCacheTTL, maxCacheTTL)
+	cfg.redisLookups = env.bool("REDIS_LOOKUPS", cfg.redisLookups)
 	if raw := getenv("REDIS_URL"); raw != "" {
 		opts, err := redis.ParseURL(raw)
 		if err != nil {

@@ -281,7 +281,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 // so that go run . works with nothing else installed.
 //
 // With Postgres and CREATE_BATCH above 1, creates are saved in batches
-// (groupcommit.go).
+// (groupcommit.go); with LOOKUP_BATCH above 1, lookups that reach Postgres
+// together share a query (lookupbatch.go).
 func openStore(ctx context.Context, cfg config, m *metrics, log *slog.Logger) (Store, func() error, error) {
 	if cfg.databaseURL == "" {
 		log.Info("store selected", "store", "memory")
@@ -297,6 +298,12 @@ func openStore(ctx context.Context, cfg config, m *metrics, log *slog.Logger) (S
 			return nil, nil, err
 		}
 	}
+	if cfg.lookupBatch > 1 {
+		if err := pg.startLookupBatch(ctx, cfg.lookupBatch, cfg.lookupWorkers, m.lookupBatchObserver()); err != nil {
+			pg.Close() //nolint:errcheck // the start error is the one worth returning
+			return nil, nil, err
+		}
+	}
 	if cfg.replicaURL != "" {
 		pool := cfg.pool
 		pool.readOnly = true
@@ -306,15 +313,22 @@ func openStore(ctx context.Context, cfg config, m *metrics, log *slog.Logger) (S
 			pg.Close() //nolint:errcheck // the replica's error is the one worth returning
 			return nil, nil, fmt.Errorf("replica: %w", err)
 		}
+		if cfg.lookupBatch > 1 {
+			if err := replica.startLookupBatch(ctx, cfg.lookupBatch, cfg.lookupWorkers, m.lookupBatchObserver()); err != nil {
+				pg.Close()      //nolint:errcheck // the replica's error is the one worth returning
+				replica.Close() //nolint:errcheck // likewise
+				return nil, nil, fmt.Errorf("replica: %w", err)
+			}
+		}
 		m.watchReplica(replica.db)
-		log.Info("reads from a replica", "max_open_conns", pool.maxOpen)
+		log.Info("reads from a replica", "max_open_conns", pool.maxOpen, "lookup_batch", cfg.lookupBatch, "lookup_workers", cfg.lookupWorkers)
 		return &replicaReads{Store: pg, replica: replica, counts: m.replicaResults(), timeout: cfg.pool.timeout},
 			func() error { return errors.Join(pg.Close(), replica.Close()) }, nil
 	}
 	log.Info("store selected", "store", "postgres",
 		"max_open_conns", cfg.pool.maxOpen, "max_idle_conns", cfg.pool.maxIdle,
 		"conn_max_idle_time", cfg.pool.maxIdleTime, "conn_max_lifetime", cfg.pool.maxLifetime,
-		"prepare", cfg.pool.prepare, "create_batch", cfg.createBatch)
+		"prepare", cfg.pool.prepare, "create_batch", cfg.createBatch, "lookup_batch", cfg.lookupBatch, "lookup_workers", cfg.lookupWorkers)
 	return pg, pg.Close, nil
 }
 

@@ -77,6 +77,7 @@ type metrics struct {
 	batch     prometheus.Histogram
 	flush     prometheus.Histogram
 	creates   prometheus.Histogram // links per group commit
+	lookupsIn prometheus.Histogram // codes per lookup query (LOOKUP_BATCH)
 	replica   *prometheus.CounterVec
 	lookups   *prometheus.CounterVec // Postgres lookup queries, by result
 	coalesced prometheus.Counter     // lookups answered by another caller's flight
@@ -139,6 +140,9 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 	m.creates = f(prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: metricsNamespace,
 		Name: "create_batch_size", Help: "Links saved per transaction (group commit, CREATE_BATCH).",
 		Buckets: createBatchBuckets})).(prometheus.Histogram)
+	m.lookupsIn = f(prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: metricsNamespace,
+		Name: "db_lookup_batch_size", Help: "Codes asked for per lookup query, primary and replica (LOOKUP_BATCH; its count is the lookup queries).",
+		Buckets: createBatchBuckets})).(prometheus.Histogram)
 	m.replica = f(prometheus.NewCounterVec(prometheus.CounterOpts(opts("replica_reads_total",
 		"Reads sent to the replica (DATABASE_REPLICA_URL), by result: hit; missed (not found there, asked of the primary); failed (asked of the primary).")),
 		[]string{"result"})).(*prometheus.CounterVec)
@@ -146,7 +150,7 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 	// front answered: queries over distinct codes is what a cold start
 	// costs Postgres (flight.go keeps it near one).
 	m.lookups = f(prometheus.NewCounterVec(prometheus.CounterOpts(opts("db_lookups_total",
-		"Lookup queries sent to Postgres, primary and replica, by result (found, not_found, error).")),
+		"Codes looked up in Postgres, primary and replica, by result (found, not_found, error); with LOOKUP_BATCH above 1 several may share one query (db_lookup_batch_size).")),
 		[]string{"result"})).(*prometheus.CounterVec)
 	m.coalesced = f(prometheus.NewCounter(prometheus.CounterOpts(opts("lookups_coalesced_total",
 		"Lookups that missed the local cache and were answered by another caller's lookup of the same code, already under way.")))).(prometheus.Counter)
@@ -430,6 +434,13 @@ func (m *metrics) watchReplica(db *sql.DB) {
 		return
 	}
 	m.reg.MustRegister(collectors.NewDBStatsCollector(db, "replica"))
+}
+
+func (m *metrics) lookupBatchObserver() observer {
+	if m == nil {
+		return noObserve{}
+	}
+	return m.lookupsIn
 }
 
 func (m *metrics) createBatchObserver() observer {

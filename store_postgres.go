@@ -100,6 +100,9 @@ type pgStore struct {
 	// group, when not nil, saves links in batches, one commit each
 	// (CREATE_BATCH, groupcommit.go).
 	group *groupCommit
+	// batch, when not nil, sends concurrent lookups in one query
+	// (LOOKUP_BATCH, lookupbatch.go).
+	batch *lookupBatch
 	// lookups counts Lookup's queries by result: here, where the query
 	// is made, so that every cache and flight in front is seen through.
 	// Counting nothing until run hands it the metrics' counters.
@@ -467,6 +470,19 @@ func (s *pgStore) Save(ctx context.Context, code string, l NewLink) error {
 func (s *pgStore) Lookup(ctx context.Context, code string) (Target, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
+	if s.batch != nil {
+		t, err := s.batch.lookup(ctx, code)
+		switch {
+		case err == nil:
+			s.lookups.found.Inc()
+		case errors.Is(err, ErrNotFound):
+			s.lookups.notFound.Inc()
+		default:
+			s.lookups.err.Inc()
+			err = fmt.Errorf("store: lookup %q: %w", code, deadline(ctx, err))
+		}
+		return t, err
+	}
 	var t Target // written by the call; read only if it returned
 	err := bounded(ctx, func() error {
 		var row *sql.Row
@@ -612,6 +628,24 @@ func (s *pgStore) startGroupCommit(ctx context.Context, maxBatch int, sizes obse
 	return nil
 }
 
+// startLookupBatch makes Lookup go through batches of up to maxBatch
+// codes per query, with workers queries in flight at most
+// (lookupbatch.go); sizes observes each query's codes. Call it once,
+// before the store is used.
+func (s *pgStore) startLookupBatch(ctx context.Context, maxBatch, workers int, sizes observer) error {
+	var many *sql.Stmt
+	if s.lookup != nil { // DB_PREPARE: prepare the batch lookup too
+		ctx, cancel := context.WithTimeout(ctx, migrateTimeout)
+		defer cancel()
+		var err error
+		if many, err = s.db.PrepareContext(ctx, lookupBatchSQL); err != nil {
+			return fmt.Errorf("store: prepare batch lookup: %w", err)
+		}
+	}
+	s.batch = newLookupBatch(s.db, s.lookup, many, maxBatch, workers, s.timeout, sizes)
+	return nil
+}
+
 // Close writes the links still waiting for a batch, then closes the
 // statements and the pool's connections.
 func (s *pgStore) Close() error {
@@ -620,6 +654,12 @@ func (s *pgStore) Close() error {
 		s.group.close()
 		if s.group.insert != nil {
 			errs = append(errs, s.group.insert.Close())
+		}
+	}
+	if s.batch != nil {
+		s.batch.close()
+		if s.batch.many != nil {
+			errs = append(errs, s.batch.many.Close())
 		}
 	}
 	for _, st := range []*sql.Stmt{s.lookup, s.insert} {

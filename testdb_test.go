@@ -113,6 +113,24 @@ func forEachStore(t *testing.T, fn func(t *testing.T, store Store)) {
 		}
 		fn(t, s)
 	})
+	t.Run("postgres, lookups in batches", func(t *testing.T) {
+		s := openTestStore(t)
+		if err := s.startLookupBatch(context.Background(), defaultLookupBatch, defaultLookupWorkers, nil); err != nil {
+			t.Fatal(err)
+		}
+		fn(t, s)
+	})
+	t.Run("postgres, lookups in batches, from a replica", func(t *testing.T) {
+		// As openStore wires LOOKUP_BATCH with a replica: both batched.
+		dsn := testDatabase(t)
+		primary, replica := openTestStoreOn(t, dsn), openReplicaOn(t, dsn)
+		for _, s := range []*pgStore{primary, replica} {
+			if err := s.startLookupBatch(context.Background(), defaultLookupBatch, defaultLookupWorkers, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		fn(t, &replicaReads{Store: primary, replica: replica, counts: (*metrics)(nil).replicaResults()})
+	})
 	t.Run("postgres, reads from a replica", func(t *testing.T) {
 		// The same database opened as a replica is: read-only, lookup
 		// prepared only. (replica_test.go has a replica that is behind.)

@@ -62,18 +62,19 @@ func buildLayers(ctx context.Context, cfg config, store Store, pg *pgStore, rdb 
 	var cache *cachedStore
 	if rdb != nil {
 		cache = newCachedStore(store, rdb, cacheOptions{
-			auth:    auth,
-			ttl:     cfg.cacheTTL,
-			prefix:  cfg.redisPrefix + cacheKeyPrefix,
-			channel: cfg.redisPrefix + invalidationChannel,
-			counts:  m.cacheResults("redis"),
-			inval:   m.invalidationCounts(),
+			auth:      auth,
+			ttl:       cfg.cacheTTL,
+			prefix:    cfg.redisPrefix + cacheKeyPrefix,
+			channel:   cfg.redisPrefix + invalidationChannel,
+			counts:    m.cacheResults("redis"),
+			inval:     m.invalidationCounts(),
+			noLookups: !cfg.redisLookups,
 		}, log)
 		store = cache
 		if cfg.redisMaster != "" {
-			log.Info("cache enabled", "redis_master", cfg.redisMaster, "sentinels", cfg.redisSentinels, "ttl", cfg.cacheTTL, "timeout", cfg.redisTimeout)
+			log.Info("cache enabled", "redis_master", cfg.redisMaster, "sentinels", cfg.redisSentinels, "ttl", cfg.cacheTTL, "timeout", cfg.redisTimeout, "lookups", cfg.redisLookups)
 		} else {
-			log.Info("cache enabled", "redis", cfg.redis.Addr, "ttl", cfg.cacheTTL, "timeout", cfg.redisTimeout)
+			log.Info("cache enabled", "redis", cfg.redis.Addr, "ttl", cfg.cacheTTL, "timeout", cfg.redisTimeout, "lookups", cfg.redisLookups)
 		}
 	}
 

@@ -121,15 +121,15 @@ freeport() {
 	done
 }
 
-# start_redis DIR: a Redis of the script's own, on a free port, keeping
-# nothing on disk, capped at 256 MB and evicting the least frequently used
-# keys, as docs/05 says a cache must. Sets redis_port; its log goes in DIR.
+# start_redis DIR [MAXMEMORY]: a Redis of the script's own, on a free
+# port, keeping nothing on disk, capped at MAXMEMORY (default 256mb) and
+# evicting the least frequently used keys, as docs/05 says a cache must. Sets redis_port; its log goes in DIR.
 # The caller stops it with: redis-cli -p "$redis_port" shutdown nosave
 start_redis() {
 	command -v redis-server >/dev/null || { echo "redis-server not found" >&2; exit 1; }
 	redis_port=$(freeport)
 	redis-server --port "$redis_port" --bind 127.0.0.1 --save '' --appendonly no \
-		--maxmemory 256mb --maxmemory-policy allkeys-lfu --daemonize yes \
+		--maxmemory "${2:-256mb}" --maxmemory-policy allkeys-lfu --daemonize yes \
 		--logfile "$1/redis.log" --dir "$1"
 	_i=0
 	until redis-cli -p "$redis_port" ping >/dev/null 2>&1; do
