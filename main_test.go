@@ -326,15 +326,16 @@ func redirectTo(t *testing.T, base, code, want string) {
 	}
 }
 
-// TestRunWithRedis checks that REDIS_URL puts the cache in front of
-// Postgres: a redirect fills the link's key, with the configured TTL.
+// TestRunWithRedis checks that REDIS_URL with REDIS_LOOKUPS=true puts
+// the cache in front of Postgres: a redirect fills the link's key, with
+// the configured TTL.
 func TestRunWithRedis(t *testing.T) {
 	opts, prefix := testRedis(t)
 	redisURL := fmt.Sprintf("redis://%s/%d", opts.Addr, opts.DB)
 	dbURL := testDatabase(t)
 	base, _, logs := startRun(t, map[string]string{
 		"ADDR": "127.0.0.1:0", "DATABASE_URL": dbURL, "REDIS_URL": redisURL, "CACHE_TTL": "42s",
-		"REDIS_KEY_PREFIX": prefix,
+		"REDIS_KEY_PREFIX": prefix, "REDIS_LOOKUPS": "true",
 		// The local cache would answer the second redirect without Redis.
 		"LOCAL_CACHE_BYTES": "0",
 	})
@@ -358,6 +359,34 @@ func TestRunWithRedis(t *testing.T) {
 		t.Errorf("TTL of %s = %v, want in (0, 42s]", key, ttl)
 	}
 	redirectTo(t, base, code, "https://go.dev/cache")
+}
+
+// TestRunWithRedisLookupsOffByDefault: with REDIS_URL and no
+// REDIS_LOOKUPS (step 38's default), a redirect asks Postgres and writes
+// nothing to Redis, and the log says so.
+func TestRunWithRedisLookupsOffByDefault(t *testing.T) {
+	opts, prefix := testRedis(t)
+	redisURL := fmt.Sprintf("redis://%s/%d", opts.Addr, opts.DB)
+	base, _, logs := startRun(t, map[string]string{
+		"ADDR": "127.0.0.1:0", "DATABASE_URL": testDatabase(t), "REDIS_URL": redisURL,
+		"REDIS_KEY_PREFIX": prefix, "LOCAL_CACHE_BYTES": "0",
+	})
+	if !strings.Contains(logs.String(), "lookups=false") {
+		t.Errorf("log does not say lookups skip Redis:\n%s", logs)
+	}
+	code := shorten(t, base, "https://go.dev/nocache")
+	redirectTo(t, base, code, "https://go.dev/nocache")
+	redirectTo(t, base, code, "https://go.dev/nocache")
+	look := redis.NewClient(opts)
+	t.Cleanup(func() {
+		if err := look.Close(); err != nil {
+			t.Errorf("close redis: %v", err)
+		}
+	})
+	key := prefix + cacheKeyPrefix + code
+	if n, err := look.Exists(context.Background(), key).Result(); err != nil || n != 0 {
+		t.Errorf("EXISTS %s = %d, %v after two redirects; want 0: lookups are not to fill Redis by default", key, n, err)
+	}
 }
 
 // closedAddr is an address nothing listens on: port 1 on loopback, which
