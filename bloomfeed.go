@@ -64,12 +64,16 @@ type codeFeed struct {
 	probes     string        // this instance's probe channel (live.go, step 35)
 	ackPrefix  string        // + an id: another instance's
 	ackTimeout time.Duration
-	bloom      *bloomStore // nil with BLOOM=off
-	neg        *negCache   // nil with NEG_CACHE_SIZE=0
-	counts     bloomCounts
-	log        *slog.Logger
-	warns      *sampledLog // publish failures, ack timeouts
-	bad        *sampledLog // messages that are not what an instance sends
+	// countWait caps a wait by PUBLISH's count: countAckTimeout; a test
+	// lengthens it, so that a slow machine's late acknowledgement is not
+	// read as a lost one (docs/39).
+	countWait time.Duration
+	bloom     *bloomStore // nil with BLOOM=off
+	neg       *negCache   // nil with NEG_CACHE_SIZE=0
+	counts    bloomCounts
+	log       *slog.Logger
+	warns     *sampledLog // publish failures, ack timeouts
+	bad       *sampledLog // messages that are not what an instance sends
 
 	waiters ackWaiters
 	reg     *liveState   // this instance's registration (live.go)
@@ -125,7 +129,7 @@ func newCodeFeed(rdb *guardedRedis, auth *redisAuth, prefix string, ackTimeout t
 		rdb: rdb, auth: auth, id: id, codes: prefix + "codes", acks: prefix + "acks:" + id, ackPrefix: prefix + "acks:",
 		live:       prefix + "feed:live",
 		probes:     prefix + "feed:probe:" + id,
-		ackTimeout: ackTimeout, bloom: bf, neg: neg, counts: counts, log: log,
+		ackTimeout: ackTimeout, countWait: countAckTimeout, bloom: bf, neg: neg, counts: counts, log: log,
 		warns:   &sampledLog{log: log, every: 10 * time.Second},
 		bad:     &sampledLog{log: log, every: 10 * time.Second},
 		waiters: ackWaiters{m: make(map[string]*ackWait)},
@@ -212,7 +216,7 @@ func (f *codeFeed) announce(ctx context.Context, code string) {
 	// acknowledgements as PUBLISH had receivers, for step 33's 50 ms at
 	// most (a subscriber that is not an instance would hold every create
 	// for the whole BLOOM_ACK_TIMEOUT).
-	wait := min(f.ackTimeout, countAckTimeout)
+	wait := min(f.ackTimeout, f.countWait)
 	t := time.NewTimer(wait)
 	defer t.Stop()
 	select {

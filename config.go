@@ -237,6 +237,11 @@ const (
 	defaultDBTimeout    = 500 * time.Millisecond
 )
 
+// defaultDBClientCheck is DB_CLIENT_CHECK's default: a statement whose
+// caller has gone ends in Postgres within about a second (docs/39), at
+// the cost of one poll of its socket a second while it runs.
+const defaultDBClientCheck = time.Second
+
 // localCacheAuto is localCacheBytes when LOCAL_CACHE_BYTES is not set.
 const localCacheAuto = -1
 
@@ -379,6 +384,7 @@ func defaultConfig() config {
 			maxLifetime: defaultConnMaxLifetime,
 			prepare:     defaultPrepare,
 			timeout:     defaultDBTimeout,
+			clientCheck: defaultDBClientCheck,
 		},
 		cacheTTL:        defaultCacheTTL,
 		redisLookups:    false,
@@ -508,6 +514,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 	cfg.pool.maxLifetime = env.durationOrZero("DB_CONN_MAX_LIFETIME", cfg.pool.maxLifetime, minConnLifetime, 365*24*time.Hour)
 	cfg.pool.prepare = env.bool("DB_PREPARE", cfg.pool.prepare)
 	cfg.pool.timeout = env.durationIn("DB_TIMEOUT", cfg.pool.timeout, 10*time.Millisecond, time.Minute)
+	cfg.pool.clientCheck = env.durationOrZero("DB_CLIENT_CHECK", cfg.pool.clientCheck, 100*time.Millisecond, time.Hour)
 	cfg.redisTimeout = env.durationIn("REDIS_TIMEOUT", cfg.redisTimeout, time.Millisecond, 5*time.Second)
 	cfg.redisPrefix = read(&env, "REDIS_KEY_PREFIX", cfg.redisPrefix, "want at most 64 printable ASCII characters, no spaces, like shortener:", func(raw string) (string, bool) {
 		return raw, len(raw) <= 64 && !strings.ContainsFunc(raw, func(r rune) bool { return r <= ' ' || r >= 0x7f })

@@ -31,12 +31,16 @@ func TestLoadConfig(t *testing.T) {
 			c := defaultConfig()
 			c.addr, c.baseURL, c.baseHost, c.databaseURL = "127.0.0.1:9000", "https://Sho.RT", "sho.rt", "postgres://x"
 			c.codes = "sequence"
-			c.pool = poolConfig{16, 4, 90 * time.Second, 0, false, 2 * time.Second, false, 0}
+			c.pool = poolConfig{16, 4, 90 * time.Second, 0, false, 2 * time.Second, false, 0, defaultDBClientCheck}
 			c.clicks.syncTimeout = 2 * time.Second
 			c.redisTimeout, c.localCacheBytes = 20*time.Millisecond, 0
 			c.limits = limitConfig{maxInFlight: 0, createRate: 5, createBurst: 1}
 			return c
 		}(), false},
+		{"db client check off", map[string]string{"DB_CLIENT_CHECK": "0"}, func() config { c := defaultConfig(); c.pool.clientCheck = 0; return c }(), false},
+		{"db client check 250ms", map[string]string{"DB_CLIENT_CHECK": "250ms"}, func() config { c := defaultConfig(); c.pool.clientCheck = 250 * time.Millisecond; return c }(), false},
+		{"db client check under 100ms", map[string]string{"DB_CLIENT_CHECK": "50ms"}, config{}, true},
+		{"db client check no unit", map[string]string{"DB_CLIENT_CHECK": "1000"}, config{}, true},
 		{"cache ttl", map[string]string{"CACHE_TTL": "90s"}, func() config { c := defaultConfig(); c.cacheTTL = 90 * time.Second; return c }(), false},
 		{"cache ttl zero", map[string]string{"CACHE_TTL": "0"}, config{}, true},
 		{"cache ttl a nanosecond", map[string]string{"CACHE_TTL": "1ns"}, config{}, true},

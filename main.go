@@ -321,14 +321,14 @@ func openStore(ctx context.Context, cfg config, m *metrics, log *slog.Logger) (S
 			}
 		}
 		m.watchReplica(replica.db)
-		log.Info("reads from a replica", "max_open_conns", pool.maxOpen, "lookup_batch", cfg.lookupBatch, "lookup_workers", cfg.lookupWorkers)
+		log.Info("reads from a replica", "max_open_conns", pool.maxOpen, "client_check", pool.clientCheck, "lookup_batch", cfg.lookupBatch, "lookup_workers", cfg.lookupWorkers)
 		return &replicaReads{Store: pg, replica: replica, counts: m.replicaResults(), timeout: cfg.pool.timeout},
 			func() error { return errors.Join(pg.Close(), replica.Close()) }, nil
 	}
 	log.Info("store selected", "store", "postgres",
 		"max_open_conns", cfg.pool.maxOpen, "max_idle_conns", cfg.pool.maxIdle,
 		"conn_max_idle_time", cfg.pool.maxIdleTime, "conn_max_lifetime", cfg.pool.maxLifetime,
-		"prepare", cfg.pool.prepare, "create_batch", cfg.createBatch, "lookup_batch", cfg.lookupBatch, "lookup_workers", cfg.lookupWorkers)
+		"prepare", cfg.pool.prepare, "client_check", cfg.pool.clientCheck, "create_batch", cfg.createBatch, "lookup_batch", cfg.lookupBatch, "lookup_workers", cfg.lookupWorkers)
 	return pg, pg.Close, nil
 }
 

@@ -289,6 +289,9 @@ func TestRunWithPostgres(t *testing.T) {
 	if !strings.Contains(logs.String(), "store=postgres") {
 		t.Errorf("log does not say store=postgres:\n%s", logs)
 	}
+	if !strings.Contains(logs.String(), "client_check=1s") { // DB_CLIENT_CHECK's default (step 39)
+		t.Errorf("log does not say client_check=1s:\n%s", logs)
+	}
 	// LOCAL_CACHE_BYTES unset: sized from this machine's memory, within
 	// the default's bounds, and the log says how.
 	m := regexp.MustCompile(`msg="local cache enabled" bytes=(\d+) sized_by="(1/16 of [^"]+|no memory figure[^"]+)"`).FindStringSubmatch(logs.String())

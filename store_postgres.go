@@ -123,8 +123,15 @@ type poolConfig struct {
 	readOnly bool
 	// replyTimeout is how long a connection waits for Postgres to answer
 	// before it is dropped (see replyDeadlineConn); 0 = the longest
-	// deadline any call has, plus a second.
+	// deadline of a request's calls and the click writes, plus a second.
+	// It also cuts the background calls whose own deadline is longer
+	// (the Bloom filter's build, sweep and resync, the stats' flush):
+	// docs/39.
 	replyTimeout time.Duration
+	// clientCheck is DB_CLIENT_CHECK: how often Postgres checks, while a
+	// statement runs, that the app is still connected (see
+	// clientCheckConnector); 0 = never (Postgres's own default).
+	clientCheck time.Duration
 }
 
 // openPostgres connects to dsn, sizes the pool, and creates the schema if it
@@ -153,7 +160,8 @@ func connectPostgres(ctx context.Context, dsn string, pool poolConfig, lookups d
 	// While the schema is made and the statements prepared, which may
 	// wait on another instance's migration, Postgres gets as long to
 	// answer as those steps' own deadline; then as long as the longest
-	// call the app makes afterwards (see replyDeadlineConn).
+	// call of a request or a click write (see replyDeadlineConn; not the
+	// background calls' longer deadlines, docs/39).
 	replyTimeout := pool.replyTimeout
 	if replyTimeout == 0 {
 		replyTimeout = max(pool.timeout, clickWriteTimeout) + time.Second
@@ -161,7 +169,7 @@ func connectPostgres(ctx context.Context, dsn string, pool poolConfig, lookups d
 	dialer := replyDeadlineDialer{limit: new(atomic.Int64)}
 	dialer.limit.Store(int64(migrateTimeout + time.Second))
 	connector.Dialer(dialer)
-	db := sql.OpenDB(connector)
+	db := sql.OpenDB(clientCheckConnector{Connector: connector, interval: pool.clientCheck})
 	db.SetMaxOpenConns(pool.maxOpen)
 	db.SetMaxIdleConns(pool.maxIdle)
 	db.SetConnMaxIdleTime(pool.maxIdleTime)
@@ -592,6 +600,39 @@ func (c *replyDeadlineConn) Write(p []byte) (int, error) {
 		return 0, err
 	}
 	return c.Conn.Write(p)
+}
+
+// clientCheckConnector is lib/pq's connector with one more step for each
+// new connection: it asks Postgres to check every interval, while a
+// statement runs, that the app is still at the other end, and to end the
+// statement if not. A call the app gives up on (a frozen or slow Postgres
+// past its reply deadline, see replyDeadlineConn) drops its connection,
+// but Postgres notices a dropped client only when it next writes to it:
+// a scan that finds nothing, or a wait for a lock, ran on to its end,
+// holding a backend, while the app tried again on a new connection
+// (docs/39). client_connection_check_interval is Postgres 14's; 0 leaves
+// it unset.
+type clientCheckConnector struct {
+	*pq.Connector
+	interval time.Duration
+}
+
+func (c clientCheckConnector) Connect(ctx context.Context) (driver.Conn, error) {
+	cn, err := c.Connector.Connect(ctx)
+	if err != nil || c.interval <= 0 {
+		return cn, err
+	}
+	set := fmt.Sprintf("SET client_connection_check_interval = %d", c.interval.Milliseconds())
+	ex, ok := cn.(driver.ExecerContext)
+	if !ok {
+		cn.Close() //nolint:errcheck // the missing method is the error worth returning
+		return nil, fmt.Errorf("store: %T cannot run %s", cn, set)
+	}
+	if _, err := ex.ExecContext(ctx, set, nil); err != nil {
+		cn.Close() //nolint:errcheck // the SET's error is the one worth returning
+		return nil, fmt.Errorf("store: %s (DB_CLIENT_CHECK; 0 for Postgres before 14): %w", set, err)
+	}
+	return cn, nil
 }
 
 // bounded runs call, which talks to Postgres, and returns its error; or, if

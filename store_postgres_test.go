@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
 	"database/sql"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -405,5 +407,95 @@ WHERE c.relname = 'links' AND NOT l.granted)`
 	closeOnCleanup(t, again)
 	if have, err := again.schemaVersion(ctx, again.db); err != nil || have != schemaSHA256() {
 		t.Errorf("schema version after an upgrade = %q, %v; want %q", have, err, schemaSHA256())
+	}
+}
+
+// TestAbandonedStatementEndsInPostgres: a statement the app gives up on at
+// its connection's reply deadline, while Postgres sends nothing (a long
+// function, a wait for a lock), must end in Postgres too, not hold a
+// backend until it finishes (docs/39). Beside it, the same statement on a
+// connection with DB_CLIENT_CHECK=0 runs on: the check ends it, not the
+// dropped connection alone.
+func TestAbandonedStatementEndsInPostgres(t *testing.T) {
+	for _, tc := range []struct{ name, query string }{
+		{"sleep", "SELECT pg_sleep(600)"},
+		{"lock", "SELECT count(*) FROM links"}, // behind the test's lock on links
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dsn := testDatabase(t)
+			ctx := context.Background()
+			open := func(check time.Duration) *pgStore {
+				pool := testPool
+				pool.replyTimeout, pool.clientCheck = 500*time.Millisecond, check
+				s, err := openPostgres(ctx, dsn, pool)
+				if err != nil {
+					t.Fatal(err)
+				}
+				closeOnCleanup(t, s)
+				return s
+			}
+			on, off := open(100*time.Millisecond), open(0)
+			for s, want := range map[*pgStore]string{on: "100ms", off: "0"} {
+				var got string
+				if err := s.db.QueryRowContext(ctx, "SHOW client_connection_check_interval").Scan(&got); err != nil {
+					t.Fatal(err)
+				}
+				if got != want {
+					t.Fatalf("client_connection_check_interval = %q on a connection, want %q", got, want)
+				}
+			}
+			admin, err := sql.Open("postgres", dsn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() {
+				if err := admin.Close(); err != nil {
+					t.Errorf("close admin: %v", err)
+				}
+			})
+			if tc.name == "lock" {
+				tx, err := admin.BeginTx(ctx, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() {
+					if err := tx.Rollback(); err != nil {
+						t.Errorf("release the lock: %v", err)
+					}
+				})
+				if _, err := tx.ExecContext(ctx, "LOCK TABLE links IN ACCESS EXCLUSIVE MODE"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// Each statement carries its own tag, so that pg_stat_activity
+			// finds its backend (and not the query that looks for it).
+			tag := "abandoned-" + strings.ToLower(rand.Text()[:10])
+			for name, s := range map[string]*pgStore{"on": on, "off": off} {
+				q := fmt.Sprintf("%s /* %s-%s */", tc.query, tag, name)
+				if _, err := s.db.ExecContext(ctx, q); err == nil {
+					t.Fatalf("%s: %q returned before its reply deadline: the test abandons nothing", name, q)
+				}
+			}
+			running := func(name string) bool {
+				var n int
+				err := admin.QueryRowContext(ctx, `SELECT count(*) FROM pg_stat_activity
+					WHERE pid <> pg_backend_pid() AND query LIKE '%' || $1 || '%'`, tag+"-"+name).Scan(&n)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return n > 0
+			}
+			// Generous: the check runs every 100 ms.
+			deadline := time.Now().Add(time.Minute)
+			for running("on") && time.Now().Before(deadline) {
+				time.Sleep(50 * time.Millisecond)
+			}
+			if running("on") {
+				t.Fatalf("the statement abandoned with DB_CLIENT_CHECK=100ms still runs in Postgres a minute later")
+			}
+			if !running("off") {
+				t.Fatalf("the statement abandoned with DB_CLIENT_CHECK=0 has ended too: the test cannot tell the check from the drop")
+			}
+		})
 	}
 }

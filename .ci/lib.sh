@@ -123,6 +123,7 @@ known_flakes=$(cat <<'FLAKES'
 35|TestHistoryUnderFaults|still open at step 35 (docs/33); step 35 changes what happens in a Redis failover, which this test does not make
 36|TestHistoryUnderFaults|still open at step 36 (docs/33); step 36 changes how the instance that made a change reads it for 30 s, not how a change reaches the other instances
 38|TestFeedWhereMemoryIsRefused|open: in step 38's first fresh rehearsal, at HEAD with GOMAXPROCS=1 beside CI's pool, 2 of 3 creates counted an acknowledgement timeout where the test wants none, though the other instance had each code; the feed's code is step 37's; cause not found (docs/38)
+39|TestFeedWhereMemoryIsRefused|at step 39 the test gives acknowledgements 2 s, not the app's 50 ms, to come by count; that cause is reasoned, not reproduced (40 runs of step 38's test beside CI's pool all passed), so the retry stays until runs show it gone (docs/39)
 FLAKES
 )
 retry_known_flake() { # DIR LABEL OUTPUT: 0 if every failure was a known one at its steps and a retry of each passed
