@@ -84,7 +84,10 @@ const (
 // a code its filter has never seen with ErrNotFound at once.
 type bloomStore struct {
 	Store
-	db     *sql.DB // the primary, which holds every code (a replica may lag)
+	// db is the primary, which holds every code (a replica may lag): its
+	// background pool (pgStore.bg), whose reply deadline is as long as
+	// these calls' own deadlines (docs/40).
+	db     *sql.DB
 	fpRate float64
 	counts bloomCounts
 	log    *slog.Logger

@@ -140,7 +140,7 @@ func newTestBloom(t *testing.T, alone bool, setup func(*testBloom)) *testBloom {
 	notFound := &testCount{}
 	pg.lookups = dbLookups{found: noCount{}, notFound: notFound, err: noCount{}}
 	m := newMetrics(prometheus.NewRegistry())
-	tb := &testBloom{bloomStore: newBloomStore(pg, pg.db, defaultBloomFPRate, alone, noSweep, m.bloomCounts(), discardLog), pg: pg, m: m, queries: notFound}
+	tb := &testBloom{bloomStore: newBloomStore(pg, pg.bg, defaultBloomFPRate, alone, noSweep, m.bloomCounts(), discardLog), pg: pg, m: m, queries: notFound}
 	tb.retry = 10 * time.Millisecond
 	tb.feedWait = 0 // a test with a feed waits for it itself
 	if setup != nil {

@@ -69,7 +69,7 @@ func TestBloomSweepFindsWhatTheFeedMissed(t *testing.T) {
 	// because it expired.
 	neg := newNegCache(pg, 100, time.Hour, true, noCount{})
 	m := newMetrics(prometheus.NewRegistry())
-	tb := &testBloom{bloomStore: newBloomStore(neg, pg.db, defaultBloomFPRate, true, noSweep, m.bloomCounts(), discardLog), pg: pg, m: m}
+	tb := &testBloom{bloomStore: newBloomStore(neg, pg.bg, defaultBloomFPRate, true, noSweep, m.bloomCounts(), discardLog), pg: pg, m: m}
 	tb.neg = neg
 	tb.start(t)
 	waitTrusted(t, tb.bloomStore, true)

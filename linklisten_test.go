@@ -21,7 +21,11 @@ func openBehind(t *testing.T, dsn string) *sql.DB {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { db.Close() })
+	t.Cleanup(func() {
+		if err := db.Close(); err != nil {
+			t.Errorf("close the test's own connection: %v", err)
+		}
+	})
 	return db
 }
 

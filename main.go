@@ -113,6 +113,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	if pg, ok := base.(*pgStore); ok {
 		m.watchDB(pg.db)
+		if pg.bg != nil {
+			m.watchBackground(pg.bg)
+		}
 		if cfg.codes == "sequence" {
 			kctx, cancel := context.WithTimeout(ctx, migrateTimeout)
 			cfg.codeSrc, err = newSequenceCodes(kctx, pg.db, cfg.pool.timeout)

@@ -450,6 +450,15 @@ func (m *metrics) createBatchObserver() observer {
 	return m.creates
 }
 
+// watchBackground exports the background pool's (pgStore.bg), as watchDB
+// the request pool's.
+func (m *metrics) watchBackground(db *sql.DB) {
+	if m == nil {
+		return
+	}
+	m.reg.MustRegister(collectors.NewDBStatsCollector(db, "background"))
+}
+
 // watchDB exports database/sql's pool statistics (open, in use, idle,
 // waits and time waited for a connection).
 func (m *metrics) watchDB(db *sql.DB) {

@@ -156,6 +156,7 @@ func TestMetricsSeriesDoNotGrow(t *testing.T) {
 		`shortener_click_batch_size_bucket{le="1"}`,
 		`shortener_redis_pool_connections `,
 		`go_sql_open_connections{db_name="shortener"}`,
+		`go_sql_open_connections{db_name="background"}`,
 		`go_goroutines `,
 		`process_cpu_seconds_total `,
 	} {

@@ -2,22 +2,11 @@ package main
 
 import (
 	"context"
-	"crypto/sha256"
 	"database/sql"
-	"database/sql/driver"
-	_ "embed"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"maps"
-	"net"
-	"net/url"
-	"regexp"
 	"slices"
-	"strconv"
-	"strings"
-	"sync/atomic"
 	"time"
 
 	// The driver registers itself with database/sql under the name
@@ -31,9 +20,6 @@ const clickWriteTimeout = 5 * time.Second
 
 // migrateTimeout bounds creating the schema at start.
 const migrateTimeout = 30 * time.Second
-
-//go:embed sql/schema.sql
-var schemaSQL string
 
 // The two statements the app runs on every request. A lookup reads what a
 // redirect needs (Target): a deleted link is found too, as a tombstone.
@@ -90,6 +76,11 @@ ON CONFLICT (code) DO UPDATE SET clicks = click_counts.clicks + EXCLUDED.clicks`
 // connection but a pool of them, safe for concurrent use.
 type pgStore struct {
 	db *sql.DB
+	// bg is a pool of its own for the background calls whose deadline is
+	// longer than a request's: the Bloom filter's build, sweep and
+	// resync. On db each of them was cut at db's reply deadline (6 s by
+	// default), whatever its own (docs/40).
+	bg *sql.DB
 	// lookup and insert are prepared statements, or nil when DB_PREPARE is
 	// off. A *sql.Stmt is prepared once per pooled connection, on first
 	// use there; after that a query is one round trip, with no parsing.
@@ -107,313 +98,6 @@ type pgStore struct {
 	// is made, so that every cache and flight in front is seen through.
 	// Counting nothing until run hands it the metrics' counters.
 	lookups dbLookups
-}
-
-// poolConfig sizes database/sql's connection pool (see loadConfig for the
-// defaults and the variables that set them).
-type poolConfig struct {
-	maxOpen     int           // connections open at most, busy or idle; 0 = no limit
-	maxIdle     int           // idle connections kept for reuse; database/sql's default is 2
-	maxIdleTime time.Duration // close a connection idle this long; 0 = never
-	maxLifetime time.Duration // close a connection this old; 0 = never
-	prepare     bool          // use prepared statements
-	timeout     time.Duration // DB_TIMEOUT: each request's calls give up after this
-	// readOnly opens a streaming replica (DATABASE_REPLICA_URL): the schema
-	// is the primary's to make, and only the lookup is prepared.
-	readOnly bool
-	// replyTimeout is how long a connection waits for Postgres to answer
-	// before it is dropped (see replyDeadlineConn); 0 = the longest
-	// deadline of a request's calls and the click writes, plus a second.
-	// It also cuts the background calls whose own deadline is longer
-	// (the Bloom filter's build, sweep and resync, the stats' flush):
-	// docs/39.
-	replyTimeout time.Duration
-	// clientCheck is DB_CLIENT_CHECK: how often Postgres checks, while a
-	// statement runs, that the app is still connected (see
-	// clientCheckConnector); 0 = never (Postgres's own default).
-	clientCheck time.Duration
-}
-
-// openPostgres connects to dsn, sizes the pool, and creates the schema if it
-// is not there. Its errors never carry the password dsn may hold: they
-// are printed at start-up, into logs that more people read than the
-// deployment's secrets.
-func openPostgres(ctx context.Context, dsn string, pool poolConfig) (*pgStore, error) {
-	return openCountedPostgres(ctx, dsn, pool, (*metrics)(nil).dbLookups())
-}
-
-// openCountedPostgres is openPostgres with each lookup's outcome counted
-// in lookups (the app's shortener_db_lookups_total).
-func openCountedPostgres(ctx context.Context, dsn string, pool poolConfig, lookups dbLookups) (*pgStore, error) {
-	s, err := connectPostgres(ctx, dsn, pool, lookups)
-	if err != nil {
-		return nil, redactDSN(err, dsn)
-	}
-	return s, nil
-}
-
-func connectPostgres(ctx context.Context, dsn string, pool poolConfig, lookups dbLookups) (*pgStore, error) {
-	connector, err := pq.NewConnector(dsn)
-	if err != nil {
-		return nil, fmt.Errorf("store: open: %w", err)
-	}
-	// While the schema is made and the statements prepared, which may
-	// wait on another instance's migration, Postgres gets as long to
-	// answer as those steps' own deadline; then as long as the longest
-	// call of a request or a click write (see replyDeadlineConn; not the
-	// background calls' longer deadlines, docs/39).
-	replyTimeout := pool.replyTimeout
-	if replyTimeout == 0 {
-		replyTimeout = max(pool.timeout, clickWriteTimeout) + time.Second
-	}
-	dialer := replyDeadlineDialer{limit: new(atomic.Int64)}
-	dialer.limit.Store(int64(migrateTimeout + time.Second))
-	connector.Dialer(dialer)
-	db := sql.OpenDB(clientCheckConnector{Connector: connector, interval: pool.clientCheck})
-	db.SetMaxOpenConns(pool.maxOpen)
-	db.SetMaxIdleConns(pool.maxIdle)
-	db.SetConnMaxIdleTime(pool.maxIdleTime)
-	db.SetConnMaxLifetime(pool.maxLifetime)
-	s := &pgStore{db: db, timeout: pool.timeout, lookups: lookups}
-	if !pool.readOnly {
-		if err := s.migrate(ctx); err != nil {
-			db.Close() //nolint:errcheck // the migrate error is the one worth returning
-			return nil, err
-		}
-	}
-	if pool.prepare {
-		if err := s.prepare(ctx, pool.readOnly); err != nil {
-			db.Close() //nolint:errcheck // the prepare error is the one worth returning
-			return nil, err
-		}
-	}
-	dialer.limit.Store(int64(replyTimeout))
-	return s, nil
-}
-
-// redactedError is an error whose text had a connection string's secrets
-// taken out; errors.Is and errors.As still see the error beneath.
-type redactedError struct {
-	msg string
-	err error
-}
-
-func (e *redactedError) Error() string { return e.msg }
-func (e *redactedError) Unwrap() error { return e.err }
-
-// kvPassword finds the password in a key=value connection string
-// ("host=db password=s3cret" or password='s 3cret').
-var kvPassword = regexp.MustCompile(`password\s*=\s*('(?:[^'\\]|\\.)*'|\S+)`)
-
-// redactDSN takes the password in dsn (a URL or key=value pairs) out of
-// err's text, in every form it may be printed: as written, decoded, and
-// inside the whole connection string, which url.Parse's errors quote.
-func redactDSN(err error, dsn string) error {
-	var secrets []string
-	if _, rest, ok := strings.Cut(dsn, "://"); ok {
-		if at := strings.LastIndexByte(rest, '@'); at >= 0 {
-			if _, pw, ok := strings.Cut(rest[:at], ":"); ok && pw != "" {
-				secrets = append(secrets, pw)
-				if dec, err := url.PathUnescape(pw); err == nil && dec != pw {
-					secrets = append(secrets, dec)
-				}
-			}
-		}
-	}
-	for _, m := range kvPassword.FindAllStringSubmatch(dsn, -1) {
-		secrets = append(secrets, m[1])
-		if uq := strings.Trim(m[1], "'"); uq != m[1] && uq != "" {
-			secrets = append(secrets, uq)
-		}
-	}
-	msg := err.Error()
-	redacted := msg
-	for _, s := range secrets {
-		redacted = strings.ReplaceAll(redacted, s, "xxxxx")
-		// url.Error quotes the URL, escaping what it must.
-		if q := strconv.Quote(s); q[1:len(q)-1] != s {
-			redacted = strings.ReplaceAll(redacted, q[1:len(q)-1], "xxxxx")
-		}
-	}
-	if redacted == msg {
-		return err
-	}
-	return &redactedError{msg: redacted, err: err}
-}
-
-// prepare prepares the lookup and the insert (once here, to check them; then
-// database/sql prepares them again on each connection as it first uses them).
-func (s *pgStore) prepare(ctx context.Context, lookupOnly bool) error {
-	ctx, cancel := context.WithTimeout(ctx, migrateTimeout)
-	defer cancel()
-	var err error
-	if s.lookup, err = s.prepareLookup(ctx, lookupOnly); err != nil {
-		return fmt.Errorf("store: prepare lookup: %w", err)
-	}
-	if lookupOnly {
-		return nil
-	}
-	if s.insert, err = s.db.PrepareContext(ctx, insertSQL); err != nil {
-		return fmt.Errorf("store: prepare insert: %w", err)
-	}
-	return nil
-}
-
-// schemaRetry is how often a replica that is not ready is asked again;
-// onSchemaWait is called before each wait (tests set it).
-const schemaRetry = 250 * time.Millisecond
-
-var onSchemaWait = func() {}
-
-// prepareLookup prepares the lookup. A replica (lookupOnly) may not be
-// ready when an instance starts, and that is waited out, asked again
-// every schemaRetry until ctx ends, not a reason to exit: beside a fresh
-// primary (three hosts started at once) it may not have replayed the
-// schema yet (step 23); on a host brought back after a failover, Patroni
-// may be rewinding and restarting it, and it cuts the connection or says
-// it is starting up (step 24, replicaNotReady). The primary has just
-// migrated, so there any error is an error at once.
-func (s *pgStore) prepareLookup(ctx context.Context, lookupOnly bool) (*sql.Stmt, error) {
-	for {
-		stmt, err := s.db.PrepareContext(ctx, lookupSQL)
-		if err == nil || !lookupOnly || !replicaNotReady(err) || ctx.Err() != nil {
-			return stmt, err
-		}
-		onSchemaWait()
-		t := time.NewTimer(schemaRetry)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil, fmt.Errorf("the replica was not ready (waited for it): %w", err)
-		case <-t.C:
-		}
-	}
-}
-
-// replicaNotReady says whether err is what a replica answers while it is
-// not ready yet: no database of that name (3D000: the CREATE DATABASE not
-// replayed yet, step 27), no links table (42P01: the schema not replayed
-// yet), the server starting up or shutting down (class 57:
-// cannot_connect_now, admin_shutdown), a connection failing (class 08),
-// cut (EOF) or refused. Anything else (a wrong password, a bad statement)
-// is an error at once.
-func replicaNotReady(err error) bool {
-	var pqErr *pq.Error
-	if errors.As(err, &pqErr) {
-		return pqErr.Code == "3D000" || pqErr.Code == "42P01" ||
-			pqErr.Code.Class() == "57" || pqErr.Code.Class() == "08"
-	}
-	var opErr *net.OpError
-	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
-		errors.Is(err, driver.ErrBadConn) || errors.As(err, &opErr)
-}
-
-// migrate brings the database's schema to sql/schema.sql's, and does
-// nothing when it is there already.
-//
-// Every start used to run the file (steps 02 to 26). Its statements
-// change nothing the second time, but they still take their locks: an
-// ALTER TABLE ... IF NOT EXISTS queues for an exclusive lock on links
-// behind any long reader (pg_dump, a report), and every lookup and create
-// of every instance queues behind it, for as long as the reader runs
-// (issue 24, item 8: a 6 s reader made lookups time out). Now the file's
-// SHA-256 is recorded in schema_version once it is applied, and a start
-// that finds its own reads one row and takes no lock on links.
-//
-// When the schema is to change (a first start, or a new binary), it is
-// applied under a transaction-scoped advisory lock (several copies of the
-// app may start at once, and two concurrent CREATE TABLE IF NOT EXISTS
-// can still collide) with lock_timeout migrateLockWait: a migration that
-// cannot have its lock gives up at once, rather than make every lookup
-// wait behind it, and tries again, until migrateTimeout.
-func (s *pgStore) migrate(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, migrateTimeout)
-	defer cancel()
-	want := schemaSHA256()
-	if have, err := s.schemaVersion(ctx, s.db); err != nil {
-		return fmt.Errorf("store: migrate: %w", err)
-	} else if have == want {
-		return nil
-	}
-	wait := migrateLockWait
-	for attempt := 1; ; attempt++ {
-		err := s.applySchema(ctx, want)
-		var pqErr *pq.Error
-		if err == nil || !errors.As(err, &pqErr) || pqErr.Code != "55P03" { // lock_not_available
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("store: migrate: no lock within %v (%d attempts): %w", migrateTimeout, attempt, err)
-		case <-time.After(wait):
-		}
-		wait = min(2*wait, time.Second)
-	}
-}
-
-// migrateLockWait is how long one attempt at the migration waits for a
-// lock (lock_timeout), and the first pause between attempts.
-const migrateLockWait = 100 * time.Millisecond
-
-// schemaSHA256 is sql/schema.sql's version: the hex SHA-256 of the file.
-func schemaSHA256() string {
-	sum := sha256.Sum256([]byte(schemaSQL))
-	return hex.EncodeToString(sum[:])
-}
-
-// schemaVersion is the SHA-256 recorded in schema_version, or "" when
-// there is none (a database this program never migrated, or one older
-// than step 27).
-func (s *pgStore) schemaVersion(ctx context.Context, q interface {
-	QueryRowContext(context.Context, string, ...any) *sql.Row
-}) (string, error) {
-	var exists bool
-	if err := q.QueryRowContext(ctx, `SELECT to_regclass('schema_version') IS NOT NULL`).Scan(&exists); err != nil {
-		return "", fmt.Errorf("schema version: %w", err)
-	}
-	if !exists {
-		return "", nil
-	}
-	var have string
-	switch err := q.QueryRowContext(ctx, `SELECT sha256 FROM schema_version WHERE id = 1`).Scan(&have); {
-	case errors.Is(err, sql.ErrNoRows):
-		return "", nil
-	case err != nil:
-		return "", fmt.Errorf("schema version: %w", err)
-	}
-	return have, nil
-}
-
-// applySchema runs the schema and records want, in one transaction.
-func (s *pgStore) applySchema(ctx context.Context, want string) error {
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("store: migrate: %w", err)
-	}
-	defer tx.Rollback() //nolint:errcheck // after Commit, Rollback is a no-op that returns ErrTxDone
-	if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock(7306298431)`); err != nil {
-		return fmt.Errorf("store: migrate: lock: %w", err)
-	}
-	// Another instance may have applied it while this one waited.
-	if have, err := s.schemaVersion(ctx, tx); err != nil {
-		return fmt.Errorf("store: migrate: %w", err)
-	} else if have == want {
-		return nil
-	}
-	if _, err := tx.ExecContext(ctx, fmt.Sprintf("SET LOCAL lock_timeout = %d", migrateLockWait.Milliseconds())); err != nil {
-		return fmt.Errorf("store: migrate: %w", err)
-	}
-	if _, err := tx.ExecContext(ctx, schemaSQL); err != nil {
-		return fmt.Errorf("store: migrate: %w", err)
-	}
-	if _, err := tx.ExecContext(ctx, `INSERT INTO schema_version (id, sha256) VALUES (1, $1)
-ON CONFLICT (id) DO UPDATE SET sha256 = excluded.sha256, applied = now()`, want); err != nil {
-		return fmt.Errorf("store: migrate: record version: %w", err)
-	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("store: migrate: commit: %w", err)
-	}
-	return nil
 }
 
 // Save stores url under code, or returns ErrCodeTaken. The unique index on
@@ -520,138 +204,6 @@ func (s *pgStore) Lookup(ctx context.Context, code string) (Target, error) {
 	return t, nil
 }
 
-// pgUnreachable reports whether err says that Postgres could not be reached,
-// or could not take the statement now, rather than that it refused it: the
-// connection failed or was closed (a proxy in front with no server to send
-// it to accepts and closes: EOF), the server is shutting down or starting
-// (57P01, 57P02, 57P03), the connection broke (08000, 08003, 08006, 08001,
-// 08004, 08007: class 08 but for 08P01, a protocol violation, which is a
-// bug), or the server has become a standby and is read-only (25006: a
-// demoted primary). Such an error is an outage to wait out, answered 503,
-// not a bug, answered 500.
-func pgUnreachable(err error) bool {
-	var pqErr *pq.Error
-	if errors.As(err, &pqErr) {
-		switch pqErr.Code {
-		case "57P01", "57P02", "57P03", "25006",
-			"08000", "08003", "08006", "08001", "08004", "08007":
-			return true
-		}
-		return false
-	}
-	var netErr net.Error
-	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
-		errors.Is(err, driver.ErrBadConn) || errors.As(err, &netErr)
-}
-
-// deadline returns err, marked as context.DeadlineExceeded if ctx ran out:
-// lib/pq reports a query it cancelled at the deadline as its own error
-// ("canceling statement due to user request"), which says nothing of why.
-func deadline(ctx context.Context, err error) error {
-	if ctxErr := ctx.Err(); ctxErr != nil && !errors.Is(err, ctxErr) {
-		return fmt.Errorf("%w: %w", ctxErr, err)
-	}
-	return err
-}
-
-// replyDeadlineDialer makes lib/pq's connections replyDeadlineConns, all
-// reading their limit from one place, so that it can change after start.
-type replyDeadlineDialer struct {
-	limit *atomic.Int64 // a time.Duration
-}
-
-func (d replyDeadlineDialer) Dial(network, addr string) (net.Conn, error) {
-	return d.DialContext(context.Background(), network, addr)
-}
-
-func (d replyDeadlineDialer) DialTimeout(network, addr string, timeout time.Duration) (net.Conn, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	return d.DialContext(ctx, network, addr)
-}
-
-func (d replyDeadlineDialer) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
-	var nd net.Dialer
-	c, err := nd.DialContext(ctx, network, addr)
-	if err != nil {
-		return nil, err
-	}
-	return &replyDeadlineConn{Conn: c, limit: d.limit}, nil
-}
-
-// replyDeadlineConn gives Postgres limit to answer each thing sent to it.
-// lib/pq honours a context's deadline by asking Postgres, on a second
-// connection, to cancel the statement; a Postgres that is alive but slow
-// (a lock, a long query) does, and the call fails at its deadline. But a
-// Postgres that does not answer at all (a frozen process, a network that
-// drops packets) never reads the cancel, and lib/pq sets no deadline on
-// the socket: the call would wait forever, holding a pooled connection.
-// So every write here moves the socket's deadline to limit from now; if
-// no reply comes by then, the read fails, and database/sql drops the
-// connection. (The request that made the call does not wait for that:
-// see bounded.)
-type replyDeadlineConn struct {
-	net.Conn
-	limit *atomic.Int64
-}
-
-func (c *replyDeadlineConn) Write(p []byte) (int, error) {
-	if err := c.Conn.SetDeadline(time.Now().Add(time.Duration(c.limit.Load()))); err != nil {
-		return 0, err
-	}
-	return c.Conn.Write(p)
-}
-
-// clientCheckConnector is lib/pq's connector with one more step for each
-// new connection: it asks Postgres to check every interval, while a
-// statement runs, that the app is still at the other end, and to end the
-// statement if not. A call the app gives up on (a frozen or slow Postgres
-// past its reply deadline, see replyDeadlineConn) drops its connection,
-// but Postgres notices a dropped client only when it next writes to it:
-// a scan that finds nothing, or a wait for a lock, ran on to its end,
-// holding a backend, while the app tried again on a new connection
-// (docs/39). client_connection_check_interval is Postgres 14's; 0 leaves
-// it unset.
-type clientCheckConnector struct {
-	*pq.Connector
-	interval time.Duration
-}
-
-func (c clientCheckConnector) Connect(ctx context.Context) (driver.Conn, error) {
-	cn, err := c.Connector.Connect(ctx)
-	if err != nil || c.interval <= 0 {
-		return cn, err
-	}
-	set := fmt.Sprintf("SET client_connection_check_interval = %d", c.interval.Milliseconds())
-	ex, ok := cn.(driver.ExecerContext)
-	if !ok {
-		cn.Close() //nolint:errcheck // the missing method is the error worth returning
-		return nil, fmt.Errorf("store: %T cannot run %s", cn, set)
-	}
-	if _, err := ex.ExecContext(ctx, set, nil); err != nil {
-		cn.Close() //nolint:errcheck // the SET's error is the one worth returning
-		return nil, fmt.Errorf("store: %s (DB_CLIENT_CHECK; 0 for Postgres before 14): %w", set, err)
-	}
-	return cn, nil
-}
-
-// bounded runs call, which talks to Postgres, and returns its error; or, if
-// ctx ends first, ctx's error at once, leaving call to finish in the
-// background (against a frozen Postgres, at its connection's reply
-// deadline). Without it a request's wait would be bounded by the socket
-// deadline, seconds, rather than by its own. call must not write to
-// anything the caller reads after bounded returns early.
-func bounded(ctx context.Context, call func() error) error {
-	done := make(chan error, 1) // buffered: an abandoned call can still send, and end
-	go func() { done <- call() }()
-	select {
-	case err := <-done:
-		return err
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
 // startGroupCommit makes Save go through a group commit of up to maxBatch
 // links per transaction; sizes observes each batch's size. Call it once,
 // before the store is used.
@@ -709,6 +261,9 @@ func (s *pgStore) Close() error {
 		}
 	}
 	errs = append(errs, s.db.Close())
+	if s.bg != nil {
+		errs = append(errs, s.bg.Close())
+	}
 	return errors.Join(errs...)
 }
 

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
 	"os/exec"
@@ -444,15 +445,7 @@ func TestAbandonedStatementEndsInPostgres(t *testing.T) {
 					t.Fatalf("client_connection_check_interval = %q on a connection, want %q", got, want)
 				}
 			}
-			admin, err := sql.Open("postgres", dsn)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() {
-				if err := admin.Close(); err != nil {
-					t.Errorf("close admin: %v", err)
-				}
-			})
+			admin := openBehind(t, dsn)
 			if tc.name == "lock" {
 				tx, err := admin.BeginTx(ctx, nil)
 				if err != nil {
@@ -497,5 +490,99 @@ func TestAbandonedStatementEndsInPostgres(t *testing.T) {
 				t.Fatalf("the statement abandoned with DB_CLIENT_CHECK=0 has ended too: the test cannot tell the check from the drop")
 			}
 		})
+	}
+}
+
+// TestBackgroundCallsOutliveTheReplyDeadline holds a lock on links, so
+// that the Bloom filter's first query waits behind it, well past the
+// request pool's reply deadline, and checks that on the background pool
+// the query waits on, and the build completes once the lock goes
+// (docs/40). The same query on the request pool must fail at that
+// deadline: the arm that shows the test can fail.
+func TestBackgroundCallsOutliveTheReplyDeadline(t *testing.T) {
+	const reply = 300 * time.Millisecond
+	pool := testPool
+	pool.replyTimeout = reply
+	dsn := testDatabase(t)
+	ctx := context.Background()
+	pg := openTestStoreAt(t, dsn, pool)
+	for i := range 3 {
+		if err := pg.Save(ctx, fmt.Sprintf("bgcall%d", i), NewLink{URL: "https://go.dev/"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	admin := openBehind(t, dsn)
+	lock, err := admin.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	released := false
+	t.Cleanup(func() {
+		if !released {
+			if err := lock.Rollback(); err != nil {
+				t.Errorf("release the lock: %v", err)
+			}
+		}
+	})
+	if _, err := lock.ExecContext(ctx, "LOCK TABLE links IN ACCESS EXCLUSIVE MODE"); err != nil {
+		t.Fatal(err)
+	}
+
+	var n int64
+	var at time.Time
+	err = pg.db.QueryRowContext(ctx, bloomCountSQL+" /* request pool */").Scan(&n, &at)
+	var netErr net.Error
+	if !errors.As(err, &netErr) || !netErr.Timeout() {
+		t.Fatalf("behind the lock, the request pool's count returned %v, want its reply deadline's timeout", err)
+	}
+
+	b := newBloomStore(pg, pg.bg, defaultBloomFPRate, true, noSweep, (*metrics)(nil).bloomCounts(), discardLog)
+	type scanned struct {
+		rows uint
+		err  error
+	}
+	done := make(chan scanned, 1)
+	go func() {
+		_, _, rows, _, err := b.scan(ctx)
+		done <- scanned{rows, err}
+	}()
+	// Until the build's count has waited far longer than the request
+	// pool's reply deadline, as Postgres's clock sees it.
+	waited := func() bool {
+		var k int
+		err := admin.QueryRowContext(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE query = $1 AND wait_event_type = 'Lock' AND now() - query_start > $2 * interval '1 millisecond'`,
+			bloomCountSQL, (5 * reply).Milliseconds()).Scan(&k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return k > 0
+	}
+	deadline := time.Now().Add(time.Minute) // generous: the wait is 1.5 s
+	for !waited() {
+		select {
+		case s := <-done:
+			t.Fatalf("the build's scan returned (rows %d, err %v) while the lock was held", s.rows, s.err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the build's count was not seen waiting %v behind the lock within a minute", 5*reply)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := lock.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	released = true
+	select {
+	case s := <-done:
+		if s.err != nil {
+			t.Fatalf("the build's scan, on the background pool, failed: %v", s.err)
+		}
+		if s.rows != 3 {
+			t.Errorf("the build's scan read %d rows, want 3", s.rows)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("the build's scan did not return within a minute of the lock's release")
 	}
 }

@@ -77,7 +77,14 @@ func openTestStore(t testing.TB) *pgStore {
 
 func openTestStoreWith(t testing.TB, pool poolConfig) *pgStore {
 	t.Helper()
-	s, err := openPostgres(context.Background(), testDatabase(t), pool)
+	return openTestStoreAt(t, testDatabase(t), pool)
+}
+
+// openTestStoreAt returns a pgStore on dsn, closed at the end: for a test
+// that opens more than one store, or clients of its own, on one database.
+func openTestStoreAt(t testing.TB, dsn string, pool poolConfig) *pgStore {
+	t.Helper()
+	s, err := openPostgres(context.Background(), dsn, pool)
 	if err != nil {
 		t.Fatalf("openPostgres: %v", err)
 	}

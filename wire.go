@@ -109,7 +109,7 @@ func buildLayers(ctx context.Context, cfg config, store Store, pg *pgStore, rdb 
 		// The sweep backs the feed up (bloomsweep.go); what it finds, it
 		// drops from the negative cache too.
 		sweep := bloomSweep{every: cfg.bloomSweep, margin: sweepMarginFor(cfg.pool.timeout), neg: neg}
-		bf = newBloomStore(store, pg.db, cfg.bloomFPRate, rdb == nil, sweep, m.bloomCounts(), log)
+		bf = newBloomStore(store, pg.bg, cfg.bloomFPRate, rdb == nil, sweep, m.bloomCounts(), log)
 		m.register(bf.collectors()...)
 		store = bf
 		log.Info("bloom filter enabled; building in the background", "fp_rate", cfg.bloomFPRate,

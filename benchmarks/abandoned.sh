@@ -4,9 +4,11 @@
 # own Redis, as a deployment of several instances runs) sweeps its Bloom
 # filter every second (BLOOM_SWEEP=1s) while another session holds an
 # ACCESS EXCLUSIVE lock on links for SECONDS: each sweep waits for the
-# lock, sends nothing, and is dropped at the app's reply deadline (DB_TIMEOUT
-# or the click writes' 5 s, plus 1 s: 6 s with the defaults); the app
-# tries again at the next tick on a new connection. About every second
+# lock, sends nothing, and until step 39 was dropped at the app's reply
+# deadline (DB_TIMEOUT or the click writes' 5 s, plus 1 s: 6 s with the
+# defaults), the app trying again at the next tick on a new connection;
+# from step 40 it waits on a pool of its own until its own deadline (a
+# minute), and is cancelled there. About every second
 # (t_s: seconds since the lock was asked for) the script counts the
 # database's backends (the lock's own session and the counting one left
 # out), how many of them wait for the lock, and the age of the oldest
@@ -29,7 +31,9 @@
 # Step 39's outputs: benchmarks/abandoned.sh -o benchmarks/39-abandoned.txt
 # ':/^Step 38:' HEAD, and -o benchmarks/39-abandoned-check-off.txt -A
 # DB_CLIENT_CHECK=0 HEAD HEAD (HEAD: a draft of step 39, its code id in
-# each side's line). Environment: ADMIN_DATABASE_URL (default
+# each side's line). Step 40's: -d 30 -o benchmarks/40-sweep-waits.txt
+# ':/^Step 39:' HEAD, and -d 90 -o benchmarks/40-sweep-minute.txt
+# ':/^Step 39:' HEAD (HEAD: a draft of step 40). Environment: ADMIN_DATABASE_URL (default
 # postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable). Needs go,
 # git, psql, redis-server, redis-cli and curl. About 3 minutes after the
 # builds.
