@@ -177,3 +177,101 @@ func TestCIScriptsLoad(t *testing.T) {
 		t.Error("known_flakes is empty: the list did not load")
 	}
 }
+
+// TestReadmeStaysShort: the README reads in three minutes (issue 23): at
+// most readmeMaxBytes, and a step table with one row per step doc, each
+// headline one sentence of at most 25 words once its links to outputs and
+// its erratum link are left out. A new step's row is paid for by
+// shortening others (step 41 brought it from 14,743 bytes to under 12 KiB).
+func TestReadmeStaysShort(t *testing.T) {
+	const readmeMaxBytes = 12 << 10
+	b, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b) > readmeMaxBytes {
+		t.Errorf("README.md is %d bytes, over %d: shorten it (headlines, or move a section to docs/)", len(b), readmeMaxBytes)
+	}
+	docs, err := filepath.Glob("docs/[0-9][0-9]-*.md")
+	if err != nil || len(docs) == 0 {
+		t.Fatalf("no step docs found (err %v)", err)
+	}
+	row := regexp.MustCompile(`(?m)^\| ([0-9][0-9]) \| \[[^\]]+\]\((docs/[0-9][0-9]-[^)]+\.md)\) \| (.*) \|$`)
+	// A parenthesis of links only: ([output](x)) or ([1](a), [2](b)).
+	linksOnly := regexp.MustCompile(`\s*\((\[[^\]]*\]\([^)\s]+\)(, )?)+\)`)
+	erratum := regexp.MustCompile(`\s*\[Erratum\]\(docs/errata\.md\)`)
+	link := regexp.MustCompile(`\[([^\]]*)\]\([^)\s]+\)`)
+	rows := map[string]bool{}
+	for _, m := range row.FindAllStringSubmatch(string(b), -1) {
+		if !strings.HasPrefix(m[2], "docs/"+m[1]+"-") {
+			t.Errorf("README row %s links %s, another step's doc", m[1], m[2])
+		}
+		rows[m[2]] = true
+		text := link.ReplaceAllString(linksOnly.ReplaceAllString(erratum.ReplaceAllString(m[3], ""), ""), "$1")
+		if n := len(strings.Fields(text)); n > 25 {
+			t.Errorf("README row %s: headline of %d words, want at most 25: %s", m[1], n, text)
+		}
+	}
+	for _, d := range docs {
+		if !rows[d] {
+			t.Errorf("README.md has no step row linking %s", d)
+		}
+	}
+}
+
+// TestUnfixStillApplies: every substitution benchmarks/unfix.sh makes to
+// undo a fix still changes the file it names. Nothing else runs that
+// script, and four of its substitutions had stopped matching (after code
+// moved or changed in steps 36, 39 and 40) before step 41 found them; a
+// stale one would make the script stop with "out of date" the day
+// someone needs it.
+func TestUnfixStillApplies(t *testing.T) {
+	perl, err := exec.LookPath("perl")
+	if err != nil {
+		msg := "perl not found, so benchmarks/unfix.sh's substitutions are not checked"
+		if os.Getenv("CI") != "" {
+			t.Fatal(msg)
+		}
+		t.Skip("SKIPPING: " + msg)
+	}
+	b, err := os.ReadFile("benchmarks/unfix.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, list, ok := strings.Cut(string(b), "\nfixes='\n")
+	list, _, ok2 := strings.Cut(list, "\n'\n")
+	if !ok || !ok2 {
+		t.Fatal("benchmarks/unfix.sh has no fixes='...' list")
+	}
+	n := 0
+	for _, line := range strings.Split(list, "\n") {
+		if line == "" {
+			continue
+		}
+		f := strings.Split(line, "|")
+		if len(f) != 4 {
+			t.Errorf("unfix.sh entry %q is not name|file|substitution|test", line)
+			continue
+		}
+		name, file, subst := f[0], f[1], f[2]
+		src, err := os.ReadFile(file)
+		if err != nil {
+			t.Errorf("%s: %v", name, err)
+			continue
+		}
+		cmd := exec.Command(perl, "-0777", "-pe", subst)
+		cmd.Stdin = strings.NewReader(string(src))
+		out, err := cmd.Output()
+		if err != nil {
+			t.Errorf("%s: perl -0777 -pe '%s' %s: %v", name, subst, file, err)
+			continue
+		}
+		if string(out) == string(src) {
+			t.Errorf("%s: its substitution no longer changes %s: update benchmarks/unfix.sh", name, file)
+		}
+		n++
+	}
+	if n < 30 {
+		t.Errorf("checked %d substitutions; unfix.sh lists more (did the list's format change?)", n)
+	}
+}

@@ -136,6 +136,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			}
 		}()
 		m.watchRedis(rdb.Client)
+		m.register(rdb.collectors()...)
 	}
 	// The layers a lookup meets on its way to the store (wire.go). Their
 	// goroutines stop after the HTTP server has (defers run in reverse),

@@ -155,6 +155,7 @@ func TestMetricsSeriesDoNotGrow(t *testing.T) {
 		`shortener_click_queue_depth `,
 		`shortener_click_batch_size_bucket{le="1"}`,
 		`shortener_redis_pool_connections `,
+		`shortener_redis_breaker_open 0`,
 		`go_sql_open_connections{db_name="shortener"}`,
 		`go_sql_open_connections{db_name="background"}`,
 		`go_goroutines `,

@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
 )
@@ -298,6 +299,15 @@ func TestBreaker(t *testing.T) {
 	clock := newTestClock().set(b)
 	fail := errors.New("i/o timeout")
 	allow := func() bool { ok, _ := b.allow(); return ok }
+	// The gauge /metrics exports (step 41), read as a scrape reads it.
+	gauge := (&guardedRedis{breaker: b}).collectors()[0]
+	exported := func(want float64, when string) {
+		t.Helper()
+		if got := testutil.ToFloat64(gauge); got != want {
+			t.Errorf("%s: shortener_redis_breaker_open = %v, want %v", when, got, want)
+		}
+	}
+	exported(0, "new")
 	call := func(err error) {
 		t.Helper()
 		ok, at := b.allow()
@@ -314,12 +324,14 @@ func TestBreaker(t *testing.T) {
 	if !allow() {
 		t.Fatal("breaker opened after two failures in a row, want three")
 	}
+	exported(0, "after two failures in a row")
 	_, early := b.allow() // a call that began before the breaker opened
 	clock.add(time.Millisecond)
 	call(fail)
 	if allow() {
 		t.Fatal("breaker still closed after three failures in a row")
 	}
+	exported(1, "open")
 	b.done(early, nil) // its success is old news
 	if allow() {
 		t.Fatal("a success of a call from before the breaker opened closed it")
@@ -336,6 +348,7 @@ func TestBreaker(t *testing.T) {
 	if allow() {
 		t.Fatal("after the cooldown, a second call was let through while the first probes")
 	}
+	exported(1, "half-open, probing")
 	b.done(probe, fail) // the probe failed: open again
 	if allow() {
 		t.Fatal("breaker closed after a failed probe")
@@ -351,6 +364,7 @@ func TestBreaker(t *testing.T) {
 			t.Fatalf("after a good probe, call %d refused; want the breaker closed", i)
 		}
 	}
+	exported(0, "closed after a good probe")
 }
 
 // TestBreakerIgnoresAnswers: Redis's own error replies, taken from a real

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# unfix.sh: each of step 27's fixes (and step 29's, 30's, 31's, 33's, 34's, 35's and 36's) undone, one at a
+# unfix.sh: each of step 27's fixes (and step 29's, 30's, 31's, 33's, 34's, 35's, 36's and 41's) undone, one at a
 # time, and the test written for it run against the result: a test that
 # passes with its fix undone proves nothing. For each: a copy of the
 # committed tree (git worktree, detached at HEAD), one substitution that
@@ -49,17 +49,17 @@ proxies|clientip.go|s/(func tooWide\(p netip\.Prefix\) bool \{\n)/$1\treturn fal
 slowbody|deploy/nginx.conf|s/\n    proxy_request_buffering off;//|TestNginxSlowBodyEnds
 dropped|redis.go|s/\n\t\tsubscribers\.lost\(ctx\)//|TestSubscriberHearsDrops
 retry|invalidate.go|s/case s\.retryNow <- struct\{\}\{\}:\n\t\tdefault: \/\/ one is asked for already\n/default:\n\t\t\tif s.retry != nil {\n\t\t\t\ts.retry(ctx)\n\t\t\t}\n/|TestSubscriberDropsWhileRetrying
-migrate|store_postgres.go|s/have == want/have == "never"/g; s/SET LOCAL lock_timeout = %d/SET LOCAL application_name = %d/|TestRestartTakesNoLockOnLinks
+migrate|pgschema.go|s/have == want/have == "never"/g; s/SET LOCAL lock_timeout = %d/SET LOCAL application_name = %d/|TestRestartTakesNoLockOnLinks
 sentinelpw|redis.go|s/\n\t\tSentinelPassword: +sent\.password,//|TestRedisSentinelWithItsOwnPassword
 sweep0|config.go|s/if cfg\.bloomSweep == 0 && cfg\.bloom/if false \&\& cfg.bloom/|TestLoadConfigRefusalsNameTheirVariable
-pendingread|cache.go|s/\tif c\.isPending\(code\) \{/\tif false \&\& c.isPending(code) {/|TestChangeWhileRedisDown
-replicadb|store_postgres.go|s/pqErr\.Code == "3D000" \x7c\x7c //|TestReplicaWaitsForDatabase
+pendingread|cache.go|s/\tif c\.isPending\(code\) \x7c\x7c c\.isRecent\(code\) \{/\tif c.isRecent(code) {/|TestChangeWhileRedisDown
+replicadb|pgschema.go|s/pqErr\.Code == "3D000" \x7c\x7c //|TestReplicaWaitsForDatabase
 slowretry|invalidate.go|s/\tpatient := c\.rdb\.WithTimeout\(pendingTellTimeout\)\n//; s/stored, err := c\.setAll\(cctx, patient, tells\)/stored, err := make([]bool, len(tells)), cctx.Err()/; s/c\.tellPatiently\(ctx, patient, k\.code, k\.t\)/c.tell(ctx, k.code, k.t)/|TestRetryOutwaitsASlowRedis
 impatient|invalidate.go|s/c\.rdb\.WithTimeout\(pendingTellTimeout\)/c.rdb.Client/; s/(cctx, cancel := context\.WithTimeout\(ctx, )pendingTellTimeout/$1c.rdb.timeout/g|TestRetryOutwaitsASlowRedis
 askbreaker|invalidate.go|s/(\tstored, err := c\.setAll\(cctx, patient, tells\)\n)/$1\tif ok, _ := c.rdb.breaker.allow(); !ok {\n\t\terr = errors.New("breaker open")\n\t}\n/|TestRetryOutwaitsASlowRedis
 slowhistory|invalidate.go|s/\tpatient := c\.rdb\.WithTimeout\(pendingTellTimeout\)\n//; s/stored, err := c\.setAll\(cctx, patient, tells\)/stored, err := make([]bool, len(tells)), cctx.Err()/; s/c\.tellPatiently\(ctx, patient, k\.code, k\.t\)/c.tell(ctx, k.code, k.t)/|TestHistoryUnderFaults
 pipeline|invalidate.go|s/stored, err := c\.setAll\(cctx, patient, tells\)/stored, err := make([]bool, len(tells)), cctx.Err()/|TestRetryTellsEveryCodeInOneRoundTrip
-feedrepublish|bloomfeed.go|s/f\.rdb\.WithTimeout\(pendingTellTimeout\)\.Pipelined/f.rdb.Pipelined/; s/(ctx, cancel := context\.WithTimeout\(ctx, )pendingTellTimeout\+/$1f.rdb.timeout+/|TestFeedRepublishOutwaitsASlowRedis
+feedrepublish|feedsend.go|s/f\.rdb\.WithTimeout\(pendingTellTimeout\)\.Pipelined/f.rdb.Pipelined/; s/(ctx, cancel := context\.WithTimeout\(ctx, )pendingTellTimeout\+/$1f.rdb.timeout+/|TestFeedRepublishOutwaitsASlowRedis
 listener|wire.go|s/listener := newLinkListener\(cfg\.databaseURL, cfg\.listenPing, bf, neg, m\.bloomCounts\(\), log\)\n\t\twg\.Go\(func\(\) \{ listener\.run\(bctx\) \}\)/_ = newLinkListener/|TestLinksFromElsewhereAreFound
 importlisten|wire.go|s/listener := newLinkListener\(cfg\.databaseURL, cfg\.listenPing, bf, neg, m\.bloomCounts\(\), log\)\n\t\twg\.Go\(func\(\) \{ listener\.run\(bctx\) \}\)/_ = newLinkListener/|TestImportedLinksAreFound
 trigger|sql/schema.sql|s/CREATE OR REPLACE TRIGGER links_announce[^;]*;//|TestLinksFromElsewhereAreFound
@@ -73,13 +73,13 @@ shutdown|linklisten.go|s/(func \(d \*listenDialer\) shutDown\(\) error \{\n)/$1\
 lagpurge|lag.go|s/(func \(s \*subscriber\) behind\([^\n]*\n)\tfor _, p := range s\.purge \{\n\t\tp\(\)\n\t\}\n/$1/|TestSubscriberBehindPurges
 lagforged|lag.go|s/(\tat, ok := w\.out\[nonce\]\n\tif !ok \{\n)\t\treturn 0, false/$1\t\tclear(w.out)\n\t\treturn 0, true/|TestSubscriberBehindPurges
 noprobes|lag.go|s/(func \(s \*subscriber\) lagLoop\(ctx context\.Context\) \{\n)/$1\treturn\n/|TestSubscriberBehindPurges
-countacks|bloomfeed.go|s/(func \(f \*codeFeed\) publishedLive\([^\n]*\n)/$1\treturn nil, err\n/|TestFeedOperatorSubscriberHoldsNoCreate
-ackcap50ms|config.go|s/defaultBloomAckTimeout = 5 \* time\.Second/defaultBloomAckTimeout = 50 * time.Millisecond/|TestFeedWaitsForSlowInstance
-ackcapstall|config.go|s/defaultBloomAckTimeout = 5 \* time\.Second/defaultBloomAckTimeout = 50 * time.Millisecond/|TestFeedStalledInstanceHoldsCreateUntilItsRegistrationEnds
+countacks|feedsend.go|s/(func \(f \*codeFeed\) publishedLive\([^\n]*\n)/$1\treturn nil, err\n/|TestFeedOperatorSubscriberHoldsNoCreate
+ackcap50ms|config_defaults.go|s/defaultBloomAckTimeout = 5 \* time\.Second/defaultBloomAckTimeout = 50 * time.Millisecond/|TestFeedWaitsForSlowInstance
+ackcapstall|config_defaults.go|s/defaultBloomAckTimeout = 5 \* time\.Second/defaultBloomAckTimeout = 50 * time.Millisecond/|TestFeedStalledInstanceHoldsCreateUntilItsRegistrationEnds
 forgedlive|live.go|s/!f\.auth\.verify\(mac, "feed-live", f\.live, id, u\)/mac == ""/|TestFeedIgnoresForgedRegistrations
 memorycall|live.go|s/redis\.pcall\(\x27MEMORY/redis.call(\x27MEMORY/g|TestFeedWhereMemoryIsRefused
 heardrenewal|ackwait.go|s/\t\tcase ok && renewed\.Add\(-liveTTL\)\.After\(published\.Add\(liveMargin\)\):\n\t\t\tdelete\(w\.need, id\) \/\/ heard: see above\n//|TestAckWaitersLapsed
-countcap|bloomfeed.go|s/wait := min\(f\.ackTimeout, countAckTimeout\)/wait := f.ackTimeout/|TestFeedWhereMemoryIsRefused
+countcap|bloomfeed.go|s/wait := min\(f\.ackTimeout, f\.countWait\)/wait := f.ackTimeout/|TestFeedWhereMemoryIsRefused
 nodereg|live.go|s/\t\t\tf\.deregister\(\)\n//|TestFeedStopsCleanly
 substays|lag.go|s/if nobody\+\+; nobody >= 2 \{/if nobody++; false {/|TestFeedAndInvalidationsFollowAFailoverWhileTheOldMasterRuns
 nowait|redis.go|s/\tif replicas == 0 \{\n\t\treturn write\(rdb\)/\tif true {\n\t\treturn write(rdb)/|TestChangeCountsOnlyOnceAReplicaHasIt
@@ -87,10 +87,11 @@ nowaitretry|invalidate.go|s/if n := c\.rdb\.waitReplicas; n > 0 \{/if n := c.rdb
 probekey|live.go|s/if redis\.call\(\x27DEL\x27, KEYS\[2\]\) == 0 then return -1 end//|TestRegistrationNeedsItsProbe
 noresend|recent.go|s/(func \(c \*cachedStore\) resendRecent\(ctx context\.Context\) \{\n)/$1\treturn\n/|TestResubscriptionTellsRecentChangesAgain
 ownrecent|cache.go|s/if c\.isPending\(code\) \x7c\x7c c\.isRecent\(code\) \{/if c.isPending(code) {/|TestOwnRecentChangeIsReadFromThePrimary
+alertbreaker|deploy/alerts.yml|s/max\(shortener_redis_breaker_open\) > 0/sum(rate(shortener_cache_lookups_total{cache="redis",result="skipped"}[5m])) > 0/|TestAlertRules
 nodrops|invalidate.go|s/for _, d := range s\.drop \{\n\t\t\td\(msg\.Payload\)\n\t\t\}/_ = s.drop/|TestHistoryUnderFaults
 '
 {
-	echo "# step 27's, 29's, 30's, 31's, 33's, 34's, 35's and 36's fixes undone one at a time, each with the test written for it"
+	echo "# step 27's, 29's, 30's, 31's, 33's, 34's, 35's, 36's and 41's fixes undone one at a time, each with the test written for it"
 	echo "# made by:   benchmarks/unfix.sh $*; commit $(git -C "$repo" rev-parse --short=12 HEAD), date $(date -u '+%Y-%m-%dT%H:%M:%SZ')"
 	echo "# machine:   $(machine_line)"
 	echo "# software:  $(go version | cut -d' ' -f3-)"
