@@ -125,8 +125,7 @@ func (p *sentinelPair) addReplica(t *testing.T) {
 // test ends.
 func (p *sentinelPair) open(t *testing.T) *guardedRedis {
 	t.Helper()
-	rdb := openRedis(context.Background(), &redis.Options{}, sentinels{master: "m", addrs: []string{p.sentAddr}}, testRedisTimeout, slog.New(slog.DiscardHandler))
-	rdb.waitReplicas = 1 // REDIS_WAIT_REPLICAS's default with Sentinels
+	rdb := openRedis(context.Background(), &redis.Options{}, sentinels{master: "m", addrs: []string{p.sentAddr}}, testRedisTimeout, 1, slog.New(slog.DiscardHandler)) // 1: REDIS_WAIT_REPLICAS's default with Sentinels
 	t.Cleanup(func() {
 		if err := rdb.Close(); err != nil {
 			t.Error(err)
@@ -196,8 +195,9 @@ func TestFeedAndInvalidationsFollowAFailoverWhileTheOldMasterRuns(t *testing.T) 
 	p.addReplica(t)
 
 	// Each create, made on the new master, returns only when instance a
-	// has the code or does not trust its filter; until a's feed is
-	// subscribed on the new master again, and trusted. Each code is saved
+	// has the code or does not trust its filter, unless instance b's own
+	// subscription is down (below); until both feeds are subscribed on
+	// the new master again, and a trusts its filter. Each code is saved
 	// first in the database a reads, as a create does: a feed subscribed
 	// again reads what it missed from there.
 	creates := 0
@@ -214,21 +214,40 @@ func TestFeedAndInvalidationsFollowAFailoverWhileTheOldMasterRuns(t *testing.T) 
 		n, err := p.newMaster.PubSubNumSub(ctx, channel).Result()
 		return n[channel], err
 	}
-	waitFor(t, "instance a's feed subscribed on the new master, and trusted", func(ctx context.Context) (bool, error) {
+	// Instance b, the creator, moves too: until its own subscription is
+	// up again on the new master, no acknowledgement can reach it, and a
+	// create answers at once, counted as a timeout (step 34's exception).
+	// Until step 42 the test waited for instance a alone, and in CI's
+	// first try of step 42 (GOMAXPROCS=1, beside the pool) two creates
+	// answered before a had their codes; made, we reason, while b
+	// subscribed again, as in 40 runs of the test with more to say
+	// (docs/42). Such a create, counted while b was not listening, is let
+	// pass here: it is the exception, documented, not a fault of the move.
+	waitFor(t, "both feeds subscribed on the new master, and instance a trusted", func(ctx context.Context) (bool, error) {
+		timeouts, down := testutil.ToFloat64(b.tb.m.bloom.ackTimeouts), !b.reg.listening()
 		code := create(ctx)
-		if !a.tb.check(code) {
+		// Answered early while b's own subscription was down (before or
+		// after the create: it may have gone or come back meanwhile).
+		early := testutil.ToFloat64(b.tb.m.bloom.ackTimeouts) > timeouts && (down || !b.reg.listening())
+		if !early && !a.tb.check(code) {
 			t.Fatalf("create %d: instance a would answer 404 for %s, made on the new master, when the create returned", creates, code)
 		}
-		n, err := onNew(ctx, a.probes)
-		return err == nil && n == 1 && a.tb.stats().trusted, err
+		na, err := onNew(ctx, a.probes)
+		if err != nil {
+			return false, err
+		}
+		nb, err := onNew(ctx, b.probes)
+		return err == nil && na == 1 && nb == 1 && b.reg.listening() && a.tb.stats().trusted, err
 	})
 	for i := range 5 {
+		timeouts := testutil.ToFloat64(b.tb.m.bloom.ackTimeouts)
 		code := create(context.Background())
 		if !a.has(code) {
-			t.Errorf("create %d after the move: instance a does not have %s when the create returns", i, code)
+			t.Errorf("create %d after the move: instance a does not have %s when the create returns (instance b listening: %v, its creates answered before every acknowledgement: +%v)",
+				i, code, b.reg.listening(), testutil.ToFloat64(b.tb.m.bloom.ackTimeouts)-timeouts)
 		}
 	}
-	t.Logf("%d creates until instance a's feed was back on the new master", creates-5)
+	t.Logf("%d creates until both feeds were back on the new master", creates-5)
 
 	// The invalidations: a change published on the new master reaches
 	// instance a's subscriber once it has moved.
@@ -461,13 +480,12 @@ func BenchmarkChangeWait(b *testing.B) {
 	opts := plainRedis(net.JoinHostPort("127.0.0.1", strconv.Itoa(masterPort)))
 	for _, n := range []int{0, 1} {
 		b.Run(fmt.Sprintf("wait=%d", n), func(b *testing.B) {
-			rdb := openRedis(context.Background(), opts, sentinels{}, testRedisTimeout, discardLog)
+			rdb := openRedis(context.Background(), opts, sentinels{}, testRedisTimeout, n, discardLog)
 			defer func() {
 				if err := rdb.Close(); err != nil {
 					b.Error(err)
 				}
 			}()
-			rdb.waitReplicas = n
 			mem := newMemoryStore()
 			c := newCachedStore(mem, rdb, cacheOptions{auth: testAuth, ttl: time.Minute, prefix: "bench:", channel: "bench:changes", counts: (*metrics)(nil).cacheResults("redis")}, discardLog)
 			ctx := context.Background()

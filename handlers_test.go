@@ -49,7 +49,7 @@ func TestShortenRefusesBadInput(t *testing.T) {
 }
 
 func testShortenRefusesBadInput(t *testing.T, store Store) {
-	h := newServer(store, noClicks{}, nil, nil, nil, config{baseURL: "https://sho.rt", baseHost: "sho.rt"}, discardLog).Handler
+	h := newServer(store, noClicks{}, nil, nil, nil, config{baseURL: "https://sho.rt", baseHost: "sho.rt"}, nil, discardLog).Handler
 	tests := []struct {
 		name, body string
 		status     int
@@ -118,7 +118,7 @@ func testShortenAndRedirect(t *testing.T, store Store) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			h := newServer(store, noClicks{}, nil, nil, nil, tt.cfg, discardLog).Handler
+			h := newServer(store, noClicks{}, nil, nil, nil, tt.cfg, nil, discardLog).Handler
 			rec := do(t, h, "POST", "http://example.com/shorten", fmt.Sprintf(`{"url":%q}`, tt.url))
 			if rec.Code != http.StatusCreated {
 				t.Fatalf("POST /shorten status = %d, want 201 (body %q)", rec.Code, rec.Body)
@@ -158,7 +158,7 @@ func TestRouting(t *testing.T) {
 }
 
 func testRouting(t *testing.T, store Store) {
-	h := newServer(store, noClicks{}, nil, nil, nil, config{}, discardLog).Handler
+	h := newServer(store, noClicks{}, nil, nil, nil, config{}, nil, discardLog).Handler
 	tests := []struct {
 		method, path string
 		status       int
@@ -233,7 +233,7 @@ func TestShortenRefusesOwnHostInAnySpelling(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			h := newServer(newMemoryStore(), noClicks{}, nil, nil, nil, tt.cfg, discardLog).Handler
+			h := newServer(newMemoryStore(), noClicks{}, nil, nil, nil, tt.cfg, nil, discardLog).Handler
 			rec := do(t, h, "POST", tt.reqURL, fmt.Sprintf(`{"url":%q}`, tt.url))
 			if rec.Code != tt.wantCode {
 				t.Fatalf("status = %d, want %d (body %q)", rec.Code, tt.wantCode, rec.Body)
@@ -269,7 +269,7 @@ func TestShortenBodyReadErrors(t *testing.T) {
 			logs := &syncBuffer{}
 			// Metrics and the access log on, as deployed: the body's
 			// deadline must reach the connection through their wrapper.
-			srv := newServer(newMemoryStore(), noClicks{}, nil, nil, newMetrics(prometheus.NewRegistry()), config{accessLog: true}, slog.New(slog.NewTextHandler(logs, nil)))
+			srv := newServer(newMemoryStore(), noClicks{}, nil, nil, newMetrics(prometheus.NewRegistry()), config{accessLog: true}, nil, slog.New(slog.NewTextHandler(logs, nil)))
 			ln, err := net.Listen("tcp", "127.0.0.1:0")
 			if err != nil {
 				t.Fatal(err)
@@ -345,7 +345,7 @@ func TestConcurrentShortenAndRedirect(t *testing.T) {
 }
 
 func testConcurrentShortenAndRedirect(t *testing.T, store Store) {
-	h := newServer(store, noClicks{}, nil, nil, nil, config{}, discardLog).Handler
+	h := newServer(store, noClicks{}, nil, nil, nil, config{}, nil, discardLog).Handler
 	const workers, each = 8, 50
 	var wg sync.WaitGroup
 	errs := make(chan error, workers*each)
@@ -463,7 +463,7 @@ func TestShortenAlias(t *testing.T) {
 }
 
 func testShortenAlias(t *testing.T, store Store) {
-	h := newServer(store, noClicks{}, nil, nil, nil, config{}, discardLog).Handler
+	h := newServer(store, noClicks{}, nil, nil, nil, config{}, nil, discardLog).Handler
 	create := func(body string) (*httptest.ResponseRecorder, string, string) {
 		rec := do(t, h, "POST", "http://example.com/shorten", body)
 		var got struct{ Code, Token string }

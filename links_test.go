@@ -49,7 +49,7 @@ func (c *linkClock) set(t time.Time) {
 // linkServer is the handler of a server on store whose links expire by
 // clock.
 func linkServer(store Store, clock *linkClock) http.Handler {
-	return newServer(store, noClicks{}, nil, nil, nil, config{now: clock.now}, discardLog).Handler
+	return newServer(store, noClicks{}, nil, nil, nil, config{now: clock.now}, nil, discardLog).Handler
 }
 
 // doAuth sends one request to h with an Authorization header (none if

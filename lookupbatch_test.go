@@ -371,3 +371,44 @@ func TestLookupBatchClosed(t *testing.T) {
 		t.Fatal("close did not return within 30 s of the lock's end")
 	}
 }
+
+// TestLookupsDoNotWaitForWrites: with every connection of the request
+// pool taken (as on three hosts while the synchronous standby was gone:
+// each write held its connection until its deadline), a lookup still
+// answers, on the lookups' pool (pgStore.reads, step 42). Before, it
+// waited for a connection of the request pool until its deadline, and
+// its redirect answered 503 (docs/42).
+func TestLookupsDoNotWaitForWrites(t *testing.T) {
+	pool := testPool
+	pool.maxOpen, pool.maxIdle = 2, 2
+	s := openLookupBatchStore(t, pool, defaultLookupBatch, defaultLookupWorkers, nil)
+	saveBatchLinks(t, s)
+	ctx := context.Background()
+	for range pool.maxOpen {
+		c, err := s.db.Conn(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			if err := c.Close(); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	if st := s.db.Stats(); st.InUse != pool.maxOpen {
+		t.Fatalf("the request pool has %d of %d connections in use; the test needs them all taken", st.InUse, pool.maxOpen)
+	}
+	tgt, err := s.Lookup(ctx, "bfound1")
+	if err != nil {
+		t.Fatalf("lookup with the request pool full: %v (it must not need that pool)", err)
+	}
+	if tgt.URL != "https://go.dev/found" {
+		t.Errorf("lookup = %+v, want https://go.dev/found", tgt)
+	}
+	if st := s.db.Stats(); st.WaitCount != 0 {
+		t.Errorf("the request pool was waited on %d times; a lookup must not wait there", st.WaitCount)
+	}
+	if s.reads == nil || s.reads.Stats().MaxOpenConnections != defaultLookupWorkers {
+		t.Errorf("the lookups' pool is %v; want one of %d connections (LOOKUP_WORKERS)", s.reads, defaultLookupWorkers)
+	}
+}

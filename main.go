@@ -116,6 +116,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		if pg.bg != nil {
 			m.watchBackground(pg.bg)
 		}
+		if pg.reads != nil {
+			m.watchLookupPool(pg.reads)
+		}
 		if cfg.codes == "sequence" {
 			kctx, cancel := context.WithTimeout(ctx, migrateTimeout)
 			cfg.codeSrc, err = newSequenceCodes(kctx, pg.db, cfg.pool.timeout)
@@ -128,8 +131,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	log.Info("codes", "source", cfg.codes)
 	var rdb *guardedRedis
 	if cfg.redis != nil {
-		rdb = openRedis(ctx, cfg.redis, sentinels{cfg.redisMaster, cfg.redisSentinels, cfg.redisSentinelUser, cfg.redisSentinelPassword}, cfg.redisTimeout, log)
-		rdb.waitReplicas = cfg.redisWaitReplicas
+		rdb = openRedis(ctx, cfg.redis, sentinels{cfg.redisMaster, cfg.redisSentinels, cfg.redisSentinelUser, cfg.redisSentinelPassword}, cfg.redisTimeout, cfg.redisWaitReplicas, log)
 		defer func() {
 			if err := rdb.Close(); err != nil {
 				log.Error("close redis", "err", err)
@@ -218,8 +220,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.addr, err)
 	}
-	srv := newServer(store, clicks, stats, limiter, m, cfg, log)
-	srv.TLSConfig = tlsConfig
+	srv := newServer(store, clicks, stats, limiter, m, cfg, tlsConfig, log)
 
 	if m != nil {
 		msrv := newMetricsServer(m, log)
@@ -326,7 +327,8 @@ func openStore(ctx context.Context, cfg config, m *metrics, log *slog.Logger) (S
 		}
 		m.watchReplica(replica.db)
 		log.Info("reads from a replica", "max_open_conns", pool.maxOpen, "client_check", pool.clientCheck, "lookup_batch", cfg.lookupBatch, "lookup_workers", cfg.lookupWorkers)
-		return &replicaReads{Store: pg, replica: replica, counts: m.replicaResults(), timeout: cfg.pool.timeout},
+		return &replicaReads{Store: pg, replica: replica, counts: m.replicaResults(), timeout: cfg.pool.timeout,
+				failLog: &sampledLog{log: log, every: replicaFailEvery}},
 			func() error { return errors.Join(pg.Close(), replica.Close()) }, nil
 	}
 	log.Info("store selected", "store", "postgres",

@@ -453,6 +453,15 @@ func (m *metrics) watchBackground(db *sql.DB) {
 	m.reg.MustRegister(collectors.NewDBStatsCollector(db, "background"))
 }
 
+// watchLookupPool exports the lookups' pool's (pgStore.reads, step 42), as
+// watchDB the request pool's.
+func (m *metrics) watchLookupPool(db *sql.DB) {
+	if m == nil {
+		return
+	}
+	m.reg.MustRegister(collectors.NewDBStatsCollector(db, "lookups"))
+}
+
 // watchDB exports database/sql's pool statistics (open, in use, idle,
 // waits and time waited for a connection).
 func (m *metrics) watchDB(db *sql.DB) {

@@ -158,6 +158,7 @@ func TestMetricsSeriesDoNotGrow(t *testing.T) {
 		`shortener_redis_breaker_open 0`,
 		`go_sql_open_connections{db_name="shortener"}`,
 		`go_sql_open_connections{db_name="background"}`,
+		`go_sql_open_connections{db_name="lookups"}`,
 		`go_goroutines `,
 		`process_cpu_seconds_total `,
 	} {

@@ -97,20 +97,17 @@ func connectPostgres(ctx context.Context, dsn string, pool poolConfig, lookups d
 	db.SetConnMaxLifetime(pool.maxLifetime)
 	s := &pgStore{db: db, timeout: pool.timeout, lookups: lookups}
 	if !pool.readOnly {
-		// The background pool: no connection until a call needs one.
-		bgConnector, err := pq.NewConnector(dsn)
-		if err != nil {
+		// The side pools of a primary (a replica takes only lookups): no
+		// connection until a call needs one. openSide is kept for the
+		// lookups' pool, which startLookupBatch sizes and opens.
+		s.openSide = func(reply time.Duration, maxOpen, maxIdle int) (*sql.DB, error) {
+			return openSidePool(dsn, reply, pool, maxOpen, maxIdle)
+		}
+		s.replyTimeout = replyTimeout
+		if s.bg, err = s.openSide(bgReplyTimeout, bgPoolConns, 1); err != nil {
 			db.Close() //nolint:errcheck // the connector's error is the one worth returning
 			return nil, fmt.Errorf("store: open background pool: %w", err)
 		}
-		bgDialer := replyDeadlineDialer{limit: new(atomic.Int64)}
-		bgDialer.limit.Store(int64(bgReplyTimeout))
-		bgConnector.Dialer(bgDialer)
-		s.bg = sql.OpenDB(clientCheckConnector{Connector: bgConnector, interval: pool.clientCheck})
-		s.bg.SetMaxOpenConns(bgPoolConns)
-		s.bg.SetMaxIdleConns(1)
-		s.bg.SetConnMaxIdleTime(pool.maxIdleTime)
-		s.bg.SetConnMaxLifetime(pool.maxLifetime)
 	}
 	fail := func(err error) (*pgStore, error) {
 		db.Close() //nolint:errcheck // err is the one worth returning
@@ -131,6 +128,26 @@ func connectPostgres(ctx context.Context, dsn string, pool poolConfig, lookups d
 	}
 	dialer.limit.Store(int64(replyTimeout))
 	return s, nil
+}
+
+// openSidePool opens a pool of its own beside the request pool, to the
+// same dsn with the same client check, idle time and lifetime, whose
+// connections wait reply for Postgres's answers (replyDeadlineConn). It
+// opens no connection until a call needs one.
+func openSidePool(dsn string, reply time.Duration, pool poolConfig, maxOpen, maxIdle int) (*sql.DB, error) {
+	connector, err := pq.NewConnector(dsn)
+	if err != nil {
+		return nil, err
+	}
+	dialer := replyDeadlineDialer{limit: new(atomic.Int64)}
+	dialer.limit.Store(int64(reply))
+	connector.Dialer(dialer)
+	db := sql.OpenDB(clientCheckConnector{Connector: connector, interval: pool.clientCheck})
+	db.SetMaxOpenConns(maxOpen)
+	db.SetMaxIdleConns(maxIdle)
+	db.SetConnMaxIdleTime(pool.maxIdleTime)
+	db.SetConnMaxLifetime(pool.maxLifetime)
+	return db, nil
 }
 
 // redactedError is an error whose text had a connection string's secrets

@@ -104,8 +104,10 @@ type sentinels struct {
 // channel and drops its connections to the old master). An unreachable Redis
 // is not an error here: the cache is an optimisation, and the rate limit has
 // a fallback, so the service starts without it, warns, and uses it as soon
-// as it answers.
-func openRedis(ctx context.Context, opts *redis.Options, sent sentinels, timeout time.Duration, log *slog.Logger) *guardedRedis {
+// as it answers. waitReplicas is REDIS_WAIT_REPLICAS (guardedRedis's field),
+// given here so that the client is whole when it is made (step 42: run set
+// it afterwards).
+func openRedis(ctx context.Context, opts *redis.Options, sent sentinels, timeout time.Duration, waitReplicas int, log *slog.Logger) *guardedRedis {
 	redisLibLog.log.Store(log)
 	redisLibLogOnce.Do(func() { redis.SetLogger(redisLibLog) })
 	o := *opts
@@ -133,9 +135,10 @@ func openRedis(ctx context.Context, opts *redis.Options, sent sentinels, timeout
 		client, where = redis.NewFailoverClient(failoverOptions(&o, sent)), sent.addrs
 	}
 	rdb := &guardedRedis{
-		Client:  client,
-		timeout: timeout,
-		breaker: newBreaker(breakerFailures, breakerCooldown, log),
+		Client:       client,
+		timeout:      timeout,
+		waitReplicas: waitReplicas,
+		breaker:      newBreaker(breakerFailures, breakerCooldown, log),
 	}
 	pctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()

@@ -259,7 +259,7 @@ const testRedisTimeout = 5 * time.Second
 // openTestRedis opens a guardedRedis on opts, closed when the test ends.
 func openTestRedis(t *testing.T, opts *redis.Options, timeout time.Duration, log *slog.Logger) *guardedRedis {
 	t.Helper()
-	rdb := openRedis(context.Background(), opts, sentinels{}, timeout, log)
+	rdb := openRedis(context.Background(), opts, sentinels{}, timeout, 0, log)
 	t.Cleanup(func() {
 		if err := rdb.Close(); err != nil {
 			t.Errorf("close redis: %v", err)
@@ -446,7 +446,7 @@ func TestOpenRedisCopiesOptions(t *testing.T) {
 	// list of Sentinels is copied, not shared. No Sentinel answers at
 	// 127.0.0.1:1: the options are all this looks at.
 	addrs := []string{"127.0.0.1:1"}
-	frdb := openRedis(context.Background(), opts, sentinels{master: "m", addrs: addrs}, timeout, discardLog)
+	frdb := openRedis(context.Background(), opts, sentinels{master: "m", addrs: addrs}, timeout, 0, discardLog)
 	t.Cleanup(func() {
 		if err := frdb.Close(); err != nil {
 			t.Error(err)
@@ -595,7 +595,7 @@ func TestRedisFollowsSentinelFailover(t *testing.T) {
 	newAddr := p.newAddr
 
 	log := slog.New(slog.DiscardHandler)
-	rdb := openRedis(context.Background(), &redis.Options{}, sentinels{master: "m", addrs: []string{sentAddr}}, 2*time.Second, log)
+	rdb := openRedis(context.Background(), &redis.Options{}, sentinels{master: "m", addrs: []string{sentAddr}}, 2*time.Second, 0, log)
 	t.Cleanup(func() {
 		if err := rdb.Close(); err != nil {
 			t.Error(err)
@@ -662,7 +662,7 @@ func TestRedisSentinelWithItsOwnPassword(t *testing.T) {
 
 	write := func(pw, value string) error {
 		opts := &redis.Options{MaxRetries: -1}
-		rdb := openRedis(context.Background(), opts, sentinels{master: "m", addrs: []string{sentAddr}, password: pw}, 5*time.Second, slog.New(slog.DiscardHandler))
+		rdb := openRedis(context.Background(), opts, sentinels{master: "m", addrs: []string{sentAddr}, password: pw}, 5*time.Second, 0, slog.New(slog.DiscardHandler))
 		defer func() {
 			if err := rdb.Close(); err != nil {
 				t.Error(err)

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/url"
 	"os"
@@ -98,13 +99,18 @@ func TestReplicaReadsFailing(t *testing.T) {
 	broken := openReplicaOnUnprepared(t, testDatabase(t))
 	m := newMetrics(prometheus.NewRegistry())
 	primary.lookups, broken.lookups = m.dbLookups(), m.dbLookups()
-	r := &replicaReads{Store: primary, replica: broken, counts: m.replicaResults(), replicaWait: 10 * time.Second}
+	var logs syncBuffer
+	r := &replicaReads{Store: primary, replica: broken, counts: m.replicaResults(), replicaWait: 10 * time.Second, failLog: &sampledLog{log: slog.New(slog.NewTextHandler(&logs, nil))}}
 	ctx := context.Background()
 	if err := r.Save(ctx, "saved01", NewLink{URL: "https://go.dev/"}); err != nil {
 		t.Fatal(err)
 	}
 	if got, err := r.Lookup(ctx, "saved01"); err != nil || got.URL != "https://go.dev/" {
 		t.Errorf("lookup = %q, %v; want the link from the primary", got.URL, err)
+	}
+	// The failure is in the log too (step 42), with the replica's error.
+	if got := logs.String(); !strings.Contains(got, `msg="replica read failed; asked the primary"`) || !strings.Contains(got, "links") {
+		t.Errorf("log = %q; want the failed replica read, with its error (no links table)", got)
 	}
 	if got := testutil.ToFloat64(m.replica.WithLabelValues("failed")); got != 1 {
 		t.Errorf("replica reads failed = %v, want 1", got)

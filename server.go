@@ -37,9 +37,10 @@ func newHandler(store Store, clicks clickRecorder, stats *statsStore, limiter *c
 	return h
 }
 
-func newServer(store Store, clicks clickRecorder, stats *statsStore, limiter *createLimiter, m *metrics, cfg config, log *slog.Logger) *http.Server {
+func newServer(store Store, clicks clickRecorder, stats *statsStore, limiter *createLimiter, m *metrics, cfg config, tlsConfig *tls.Config, log *slog.Logger) *http.Server {
 	srv := &http.Server{
-		Handler: newHandler(store, clicks, stats, limiter, m, cfg, log),
+		Handler:   newHandler(store, clicks, stats, limiter, m, cfg, log),
+		TLSConfig: tlsConfig, // nil: plain HTTP (TLS_CERT_FILE unset)
 		// Without these a client that opens a connection and sends
 		// nothing, or reads its answer a byte a minute, holds a
 		// connection forever.

@@ -22,7 +22,7 @@ func TestIdleConnsBounded(t *testing.T) {
 	const n, extra = 4, 5
 	cfg := defaultConfig()
 	cfg.idleConnsMax = n
-	srv := newServer(newMemoryStore(), noClicks{}, nil, nil, nil, cfg, discardLog)
+	srv := newServer(newMemoryStore(), noClicks{}, nil, nil, nil, cfg, nil, discardLog)
 	// The server changes a connection's state in its own goroutine, a
 	// moment after the client has its answer: a client that went on at
 	// once could open its next connection before the last one was idle

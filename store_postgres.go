@@ -81,6 +81,19 @@ type pgStore struct {
 	// resync. On db each of them was cut at db's reply deadline (6 s by
 	// default), whatever its own (docs/40).
 	bg *sql.DB
+	// reads is a pool of its own for the lookups of LOOKUP_BATCH (one
+	// connection per lookup worker), on a primary: on db they can wait
+	// for a connection behind writes (TestLookupsDoNotWaitForWrites).
+	// That they did in the hosts runs, where a synchronous standby was
+	// gone, every write held its connection until its deadline and
+	// redirects that needed Postgres answered 503, is docs/42's reading
+	// of the counters, not measured directly. nil on a replica, whose
+	// pool takes only lookups, and until startLookupBatch.
+	reads *sql.DB
+	// openSide opens a side pool to the same database (openSidePool), and
+	// replyTimeout is db's reply deadline; both nil/0 on a replica.
+	openSide     func(reply time.Duration, maxOpen, maxIdle int) (*sql.DB, error)
+	replyTimeout time.Duration
 	// lookup and insert are prepared statements, or nil when DB_PREPARE is
 	// off. A *sql.Stmt is prepared once per pooled connection, on first
 	// use there; after that a query is one round trip, with no parsing.
@@ -225,17 +238,34 @@ func (s *pgStore) startGroupCommit(ctx context.Context, maxBatch int, sizes obse
 // codes per query, with workers queries in flight at most
 // (lookupbatch.go); sizes observes each query's codes. Call it once,
 // before the store is used.
+//
+// On a primary the batches have a pool of their own (pgStore.reads), one
+// connection per worker, so that a lookup never waits for a connection
+// behind writes; a replica's pool has nothing else to do.
 func (s *pgStore) startLookupBatch(ctx context.Context, maxBatch, workers int, sizes observer) error {
+	db, one := s.db, s.lookup
+	if s.openSide != nil {
+		reads, err := s.openSide(s.replyTimeout, workers, workers)
+		if err != nil {
+			return fmt.Errorf("store: open the lookups' pool: %w", err)
+		}
+		s.reads, db, one = reads, reads, nil
+	}
 	var many *sql.Stmt
-	if s.lookup != nil { // DB_PREPARE: prepare the batch lookup too
+	if s.lookup != nil { // DB_PREPARE: prepare the batch lookup too, and the single one on reads
 		ctx, cancel := context.WithTimeout(ctx, migrateTimeout)
 		defer cancel()
 		var err error
-		if many, err = s.db.PrepareContext(ctx, lookupBatchSQL); err != nil {
+		if db != s.db {
+			if one, err = db.PrepareContext(ctx, lookupSQL); err != nil {
+				return fmt.Errorf("store: prepare lookup on the lookups' pool: %w", err)
+			}
+		}
+		if many, err = db.PrepareContext(ctx, lookupBatchSQL); err != nil {
 			return fmt.Errorf("store: prepare batch lookup: %w", err)
 		}
 	}
-	s.batch = newLookupBatch(s.db, s.lookup, many, maxBatch, workers, s.timeout, sizes)
+	s.batch = newLookupBatch(db, one, many, maxBatch, workers, s.timeout, sizes)
 	return nil
 }
 
@@ -254,6 +284,9 @@ func (s *pgStore) Close() error {
 		if s.batch.many != nil {
 			errs = append(errs, s.batch.many.Close())
 		}
+		if s.batch.one != nil && s.batch.one != s.lookup {
+			errs = append(errs, s.batch.one.Close())
+		}
 	}
 	for _, st := range []*sql.Stmt{s.lookup, s.insert} {
 		if st != nil {
@@ -263,6 +296,9 @@ func (s *pgStore) Close() error {
 	errs = append(errs, s.db.Close())
 	if s.bg != nil {
 		errs = append(errs, s.bg.Close())
+	}
+	if s.reads != nil {
+		errs = append(errs, s.reads.Close())
 	}
 	return errors.Join(errs...)
 }

@@ -80,7 +80,7 @@ func TestOpenPostgresUnreachable(t *testing.T) {
 func TestPostgresErrorsDoNotLeak(t *testing.T) {
 	s := openTestStore(t)
 	logs := &syncBuffer{}
-	h := newServer(s, noClicks{}, nil, nil, nil, config{}, slog.New(slog.NewTextHandler(logs, nil))).Handler
+	h := newServer(s, noClicks{}, nil, nil, nil, config{}, nil, slog.New(slog.NewTextHandler(logs, nil))).Handler
 	if _, err := s.db.Exec(`DROP TABLE links`); err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +106,7 @@ func TestPostgresErrorsDoNotLeak(t *testing.T) {
 // not hang.
 func TestSlowDatabaseIsBounded(t *testing.T) {
 	s := openTestStore(t)
-	h := newServer(s, noClicks{}, nil, nil, nil, config{}, discardLog).Handler
+	h := newServer(s, noClicks{}, nil, nil, nil, config{}, nil, discardLog).Handler
 	tx, err := s.db.Begin()
 	if err != nil {
 		t.Fatal(err)

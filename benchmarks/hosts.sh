@@ -282,6 +282,63 @@ cpu >"$tmp/idle1"
 	cpu_table "$tmp/idle0" "$tmp/idle1" "$idle" 0
 } >"$out/20-idle.txt"
 
+# log_sizes: each app's log and nginx's log of 5xx answers, with its size
+# now; logs_since FILE: what each has logged since (a host's log is
+# appended to across its removal and restore). Since step 42, so that a
+# failed redirect in CI's log says who answered it and why: step 41's
+# rehearsals saw 503s and had nothing else to go on.
+log_sizes() {
+	local f
+	for f in "$HOSTS_DIR"/h1/app.log "$HOSTS_DIR"/h2/app.log "$HOSTS_DIR"/h3/app.log "$HOSTS_DIR"/nginx/5xx.log; do
+		echo "$f $(stat -c %s "$f" 2>/dev/null || echo 0)"
+	done
+}
+logs_since() {
+	local f size n lines m sel
+	echo "## 5xx answers as nginx logged them during the load, and the apps' warnings and errors (since step 42)"
+	while read -r f size; do
+		n=${f#"$HOSTS_DIR"/}
+		if [ ! -f "$f" ]; then
+			echo "${n%%/*}: no log ($f is missing)"
+			continue
+		fi
+		lines=$( { tail -c +$((size + 1)) "$f" 2>/dev/null || true; } | { grep -E "$([ "$n" = nginx/5xx.log ] && echo . || echo 'level=(WARN|ERROR)')" || true; })
+		if [ "$n" = nginx/5xx.log ]; then
+			# The redirects first: they are what CI's check reads.
+			for m in GET POST; do
+				sel=$(printf '%s\n' "$lines" | { grep -F "\"$m " || true; })
+				echo "nginx, its $m answers of 500 and above ($(printf '%s' "$sel" | grep -c . || true), the first 15: client, request, status, request id, instances asked, their statuses and times):"
+				if [ -n "$sel" ]; then printf '%s\n' "$sel" | sed -n '1,15s/^/  /p'; else echo "  none"; fi
+			done
+			continue
+		fi
+		echo "${n%%/*}, its WARN and ERROR lines ($(printf '%s' "$lines" | grep -c . || true), the first 15):"
+		if [ -n "$lines" ]; then printf '%s\n' "$lines" | sed -n '1,15s/^/  /p'; else echo "  none"; fi
+	done <"$1"
+}
+
+# metrics_snap: "host series value" for the series that say where a
+# request's time went: the pools' waits for a connection (go_sql_wait_*,
+# by pool), the replica's reads and the lookups by result, the local
+# cache, and the answers of 500 and above by route; from each app's
+# /metrics (127.0.0.1:6060 in its namespace). metrics_diff A B: what each
+# rose by between two snapshots, for the series that moved; a host whose
+# app did not answer (removed) is named so.
+metrics_snap() {
+	local h
+	for h in h1 h2 h3; do
+		ip netns exec "s$h" curl -sf -m 2 http://127.0.0.1:6060/metrics 2>/dev/null |
+			grep -E '^(go_sql_wait_(count_total|duration_seconds_total)|shortener_replica_reads_total|shortener_db_lookups_total|shortener_cache_lookups_total\{cache="local"|shortener_http_requests_total\{.*status="5)' |
+			sed "s/^/$h /" || echo "$h gone"
+	done
+}
+metrics_diff() {
+	echo "each app's counters over the load, those that rose (since step 42; a host removed has none after):"
+	awk 'NR == FNR { a[$1 " " $2] = $3; next }
+		$2 == "gone" { print "  " $1 ": its app did not answer"; next }
+		{ d = $3 - ($1 " " $2 in a ? a[$1 " " $2] : 0); if (d != 0) printf "  %s %s +%g\n", $1, $2, d }' "$1" "$2"
+}
+
 since() { awk -v a="$1" -v b="$t0" 'BEGIN { printf "%.2f", a - b }'; }
 
 for part in $parts; do
@@ -292,6 +349,8 @@ for part in $parts; do
 	vegeta attack -rate="$rate/s" -duration=3s -redirects=-1 -targets="$tmp/redirects.txt" >/dev/null
 	before=$(roles)
 	creates_targets "$part" $((creates * dur)) >"$tmp/creates.json"
+	log_sizes >"$tmp/logs0"
+	metrics_snap >"$tmp/metrics0"
 	t0=$(date +%s.%N)
 	vegeta attack -rate="$rate/s" -duration="${dur}s" -timeout=10s -redirects=-1 -targets="$tmp/redirects.txt" >"$tmp/red.bin" &
 	rp=$!
@@ -342,6 +401,9 @@ for part in $parts; do
 	hrc=0
 	wait "$hp" || hrc=$?
 	rp='' cp='' wp='' hp=''
+	logs_since "$tmp/logs0" >"$tmp/logs.txt"
+	metrics_snap >"$tmp/metrics1"
+	metrics_diff "$tmp/metrics0" "$tmp/metrics1" >>"$tmp/logs.txt"
 	case $hrc in
 	0) ;;
 	1) refused+="$part " ;;
@@ -416,6 +478,8 @@ for part in $parts; do
 		echo
 		echo "## creates (201 = ok)"
 		cat "$tmp/cre.txt"
+		echo
+		cat "$tmp/logs.txt"
 	} >"$f"
 	grep -E '^(removed|acknowledged|counted|restore)' "$f"
 	{

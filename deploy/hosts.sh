@@ -320,7 +320,11 @@ write_nginx() {
 	: >"$n/upstreams.conf"
 	for h in "${hosts[@]}"; do echo "server $(ip_of "$h"):8080 max_fails=3 fail_timeout=3s;" >>"$n/upstreams.conf"; done
 	printf 'keepalive 64;\nkeepalive_timeout 30s;\nkeepalive_requests 10000;\n' >"$n/upstream_keepalive.conf"
-	echo 'access_log off;' >"$n/logging.conf"
+	# Only the answers of 500 and above, with the instance that gave each
+	# and its X-Request-Id (which the app's log lines carry): a failure
+	# experiment reads who answered its 5xx off this (benchmarks/hosts.sh,
+	# since step 42). A few lines a run, not one per request.
+	printf 'map $status $hosts_5xx {\n    ~^5 1;\n    default 0;\n}\naccess_log 5xx.log upstream if=$hosts_5xx;\n' >"$n/logging.conf"
 	# One address (the load generator) stands for many clients here.
 	echo "limit_conn per_client ${NGINX_LIMIT_CONN:-60000};" >"$n/limit_conn.conf"
 }

@@ -426,12 +426,19 @@ running_anything() {
 }
 
 # size_pool N: with DATABASE_URL, sets DB_MAX_OPEN_CONNS and DB_MAX_IDLE_CONNS
-# so that N pools fit in Postgres's max_connections, or refuses the caller's
-# values if they do not fit. Pools are per process: N instances open up to N
-# times DB_MAX_OPEN_CONNS connections.
+# so that N instances' pools fit in Postgres's max_connections, or refuses
+# the caller's values if they do not fit. Pools are per process, and each
+# instance has three: the request pool (DB_MAX_OPEN_CONNS), the background
+# pool (2, step 40) and the lookups' pool (LOOKUP_WORKERS, 2 by default,
+# with LOOKUP_BATCH above 1, step 42). Until step 42 only the first was
+# counted.
 size_pool() {
-	local n=$1 maxc reserve budget per open
+	local n=$1 maxc reserve budget per open side workers
 	[ -n "${DATABASE_URL:-}" ] || return 0
+	workers=${LOOKUP_WORKERS:-2}
+	whole_number LOOKUP_WORKERS "$workers"
+	[ "${LOOKUP_BATCH:-32}" != 1 ] || workers=0
+	side=$((2 + workers))
 	command -v psql >/dev/null ||
 		die "DATABASE_URL is set but psql is missing, so the pools cannot be sized (Debian/Ubuntu: sudo apt-get install postgresql-client; macOS: brew install libpq)"
 	maxc=$(psql "$DATABASE_URL" -XAtqc 'SHOW max_connections') ||
@@ -445,17 +452,17 @@ size_pool() {
 		if [ "$open" -eq 0 ]; then
 			die "DB_MAX_OPEN_CONNS=0 means no limit per instance, which cannot fit max_connections=$maxc; set a number, or unset it to have it computed"
 		fi
-		if [ $((n * open)) -gt "$budget" ]; then
-			die "postgres: $n instances × DB_MAX_OPEN_CONNS $open = $((n * open)) > max_connections $maxc − reserve $reserve = $budget; lower DB_MAX_OPEN_CONNS or the number of instances"
+		if [ $((n * (open + side))) -gt "$budget" ]; then
+			die "postgres: $n instances × (DB_MAX_OPEN_CONNS $open + $side side connections) = $((n * (open + side))) > max_connections $maxc − reserve $reserve = $budget; lower DB_MAX_OPEN_CONNS or the number of instances"
 		fi
-		say "postgres: $n instances × DB_MAX_OPEN_CONNS $open (yours) = $((n * open)) ≤ max_connections $maxc − reserve $reserve = $budget"
+		say "postgres: $n instances × (DB_MAX_OPEN_CONNS $open (yours) + $side side connections) = $((n * (open + side))) ≤ max_connections $maxc − reserve $reserve = $budget"
 	else
-		per=$((budget / n))
+		per=$((budget / n - side))
 		open=$((per < 8 ? per : 8))
 		if [ "$open" -lt 1 ]; then
-			die "postgres: max_connections $maxc − reserve $reserve = $budget leaves no connection for each of $n instances; run fewer instances or raise max_connections"
+			die "postgres: max_connections $maxc − reserve $reserve = $budget leaves no request-pool connection for each of $n instances beside their $side side connections; run fewer instances or raise max_connections"
 		fi
-		say "postgres: max_connections $maxc − reserve $reserve = $budget; floor($budget / $n) = $per; min(8, $per) = $open connections per instance; $n × $open = $((n * open))"
+		say "postgres: max_connections $maxc − reserve $reserve = $budget; floor($budget / $n) − $side side connections = $per; min(8, $per) = $open connections per instance; $n × ($open + $side) = $((n * (open + side)))"
 	fi
 	export DB_MAX_OPEN_CONNS=$open
 	export DB_MAX_IDLE_CONNS=${DB_MAX_IDLE_CONNS:-$open}

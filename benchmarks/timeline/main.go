@@ -10,6 +10,14 @@
 // experiment did its harm, shown as the line it fell in; -codes writes the
 // "code" of every successful response's JSON body, one per line: the
 // links the service acknowledged, to look for afterwards.
+//
+// After the totals, each failed answer (the first 20) is listed on a line
+// of its own: when it was sent, its status, how long it took, its
+// X-Request-Id (nginx's, which the app's log lines carry too) and the start
+// of its body, which says who answered it: the app's 503s say "server
+// busy" (MAX_IN_FLIGHT) or "temporarily unavailable" (a deadline, or
+// Postgres out of reach), nginx's own say "service unavailable" or "bad
+// gateway" (since step 42: step 41's CI could not tell which it was).
 package main
 
 import (
@@ -19,6 +27,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"slices"
 	"strconv"
@@ -28,12 +37,16 @@ import (
 
 // result is the part of vegeta's JSON encoding read here.
 type result struct {
-	Code      int       `json:"code"`
-	Timestamp time.Time `json:"timestamp"`
-	Latency   int64     `json:"latency"` // nanoseconds
-	Error     string    `json:"error"`
-	Body      []byte    `json:"body"` // base64 in the JSON
+	Code      int         `json:"code"`
+	Timestamp time.Time   `json:"timestamp"`
+	Latency   int64       `json:"latency"` // nanoseconds
+	Error     string      `json:"error"`
+	Body      []byte      `json:"body"` // base64 in the JSON
+	Headers   http.Header `json:"headers"`
 }
+
+// maxListed is how many failed answers are listed one by one.
+const maxListed = 20
 
 func main() {
 	if err := run(os.Args[1:], os.Stdin, os.Stdout); err != nil {
@@ -100,6 +113,7 @@ func run(args []string, in io.Reader, out io.Writer) error {
 	}
 	var secs []second
 	var firstBad, lastBad *result
+	var bad []*result
 	good := 0
 	for i := range rs {
 		r := &rs[i]
@@ -131,6 +145,7 @@ func run(args []string, in io.Reader, out io.Writer) error {
 			firstBad = r
 		}
 		lastBad = r
+		bad = append(bad, r)
 		why := strconv.Itoa(r.Code)
 		if r.Error != "" {
 			why += " " + shorten(r.Error)
@@ -161,6 +176,24 @@ func run(args []string, in io.Reader, out io.Writer) error {
 		end := lastBad.Timestamp.Add(time.Duration(lastBad.Latency))
 		fmt.Fprintf(out, "failures: from %.1f s to %.1f s (%.1f s, first request sent to last failure's answer)\n",
 			firstBad.Timestamp.Sub(t0).Seconds(), end.Sub(t0).Seconds(), end.Sub(firstBad.Timestamp).Seconds())
+		fmt.Fprintf(out, "failed answers (%d of %d): second, status, latency, X-Request-Id, body or error\n", min(len(bad), maxListed), len(bad))
+		for _, r := range bad[:min(len(bad), maxListed)] {
+			// vegeta sets Error to the status line for any status past
+			// 399; the body says more, and Error is all there is when no
+			// answer came.
+			what := strings.TrimSpace(string(r.Body))
+			if what == "" {
+				what = r.Error
+			}
+			if len(what) > 100 {
+				what = what[:100]
+			}
+			id := r.Headers.Get("X-Request-Id")
+			if id == "" {
+				id = "-"
+			}
+			fmt.Fprintf(out, "  %7.2f  %3d  %8.1f ms  %s  %s\n", r.Timestamp.Sub(t0).Seconds(), r.Code, ms(time.Duration(r.Latency)), id, what)
+		}
 	} else {
 		fmt.Fprintln(out, "failures: none")
 	}
