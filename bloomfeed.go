@@ -52,7 +52,13 @@ import (
 // own link to Redis, or its breaker) while the other instances' feeds
 // stay up: they may answer 404 for it until it is published again, or,
 // if the creator dies first, until the sweep (bloomsweep.go) finds it in
-// Postgres, BLOOM_SWEEP at most after its commit.
+// Postgres, BLOOM_SWEEP at most after its commit. Until step 43 also a
+// create made while the creator's own subscription was not up (starting,
+// or subscribing again: no acknowledgement can reach it), which answered
+// at once; since, it waits for each registered instance to renew from a
+// later probe (announce), on the server its PUBLISH went to, and
+// announces again if its client has moved. It still answers at once,
+// counted, if the registrations could not be read as well.
 type codeFeed struct {
 	rdb        *guardedRedis // nil: no Redis, this instance is alone
 	auth       *redisAuth    // signs each message sent, checks each received (nil with rdb)
@@ -61,6 +67,7 @@ type codeFeed struct {
 	acks       string        // this instance's acknowledgement channel
 	live       string        // the hash of registrations (live.go)
 	probes     string        // this instance's probe channel (live.go, step 35)
+	marks      string        // + a nonce: a batch's mark, where it was published (step 43)
 	ackPrefix  string        // + an id: another instance's
 	ackTimeout time.Duration
 	// countWait caps a wait by PUBLISH's count: countAckTimeout; a test
@@ -128,6 +135,7 @@ func newCodeFeed(rdb *guardedRedis, auth *redisAuth, prefix string, ackTimeout t
 		rdb: rdb, auth: auth, id: id, codes: prefix + "codes", acks: prefix + "acks:" + id, ackPrefix: prefix + "acks:",
 		live:       prefix + "feed:live",
 		probes:     prefix + "feed:probe:" + id,
+		marks:      prefix + "feed:mark:" + id + ":",
 		ackTimeout: ackTimeout, countWait: countAckTimeout, bloom: bf, neg: neg, counts: counts, log: log,
 		warns:   &sampledLog{log: log, every: 10 * time.Second},
 		bad:     &sampledLog{log: log, every: 10 * time.Second},
@@ -174,7 +182,8 @@ func (f *codeFeed) down(lastHealthy time.Time) {
 // announce tells every instance that code was just created (it is
 // committed), and returns once each registered instance has added it or
 // stopped trusting its filter (live.go), or after ackTimeout; by PUBLISH's
-// count, for countAckTimeout at most, if the registrations were not read.
+// count, for countAckTimeout at most, if the registrations were not read
+// (at once if this instance is not listening either).
 func (f *codeFeed) announce(ctx context.Context, code string) {
 	f.created(code)
 	if f.rdb == nil {
@@ -191,24 +200,74 @@ func (f *codeFeed) announce(ctx context.Context, code string) {
 		f.warns.warn(ctx, "code feed: publish failed; the code is published again once redis answers", err)
 		return
 	}
-	if !f.reg.listening() {
-		// This instance's own subscription is not up (it is starting, or
-		// reconnecting): no acknowledgement can reach it, and a wait by id
-		// would last until each instance's registration ends or renews.
-		// It answers at once, counted, as step 33 did after 50 ms.
-		f.counts.ackTimeouts.Inc()
-		f.warns.warn(ctx, "code feed: create answered before every instance acknowledged its code",
-			errors.New("this instance's own subscription is not up: no acknowledgement can reach it"))
-		return
-	}
 	if r.live != nil { // step 34: every instance registered, by id (live.go)
+		// Step 43: with this instance's own subscription not up (it is
+		// starting, or subscribing again), no acknowledgement can reach
+		// it. Until step 43 the create answered at once, counted, and
+		// another instance could answer 404 for the link meanwhile
+		// (docs/42). It waits instead for each registered instance to
+		// renew from a probe sent after the PUBLISH, which says that
+		// instance has handled the code, reading the registrations
+		// again every livePingEvery; or for its registration to end.
+		unheard := !f.reg.listening()
+		if unheard {
+			f.counts.ackUnheard.Inc()
+		}
+		capAt := time.Now().Add(f.ackTimeout)
 		t := time.NewTimer(f.ackTimeout)
 		defer t.Stop()
-		if !f.waitLive(ctx, w, r.live, r.at, t.C) {
-			f.counts.ackTimeouts.Inc()
-			f.warns.warn(ctx, "code feed: create answered before every instance acknowledged its code",
-				fmt.Errorf("%d of %d registered instances acknowledged in %v", f.waiters.count(w), len(r.live), f.ackTimeout))
+		poll := unheard
+		for {
+			switch f.waitLive(ctx, w, r.live, r.at, r.mark, t.C, poll) {
+			case liveHeard:
+				return
+			case liveCapped:
+				f.counts.ackTimeouts.Inc()
+				f.warns.warn(ctx, "code feed: create answered before every instance acknowledged its code",
+					fmt.Errorf("%d of %d registered instances acknowledged in %v (this instance listening: %v)",
+						f.waiters.count(w), len(r.live), f.ackTimeout, !unheard))
+				return
+			}
+			// liveMoved (step 43): the registrations were read on
+			// another server than the PUBLISH's; the client has moved
+			// (a failover). Renewals there say nothing of this code:
+			// it is announced again, there, within the same cap.
+			f.counts.ackMoved.Inc()
+			f.warns.warn(ctx, "code feed: redis changed while a create waited; announcing its code again", errMoved)
+			if !time.Now().Before(capAt) {
+				f.counts.ackTimeouts.Inc()
+				f.warns.warn(ctx, "code feed: create answered before every instance acknowledged its code",
+					fmt.Errorf("redis changed as BLOOM_ACK_TIMEOUT (%v) ran out", f.ackTimeout))
+				return
+			}
+			if r, err = f.publish(context.WithoutCancel(ctx), code); err != nil {
+				f.counts.publishFailures.Inc()
+				f.keepUnsent(code)
+				f.warns.warn(ctx, "code feed: publish failed; the code is published again once redis answers", err)
+				return
+			}
+			if r.live == nil {
+				// The registrations could not be read there: nothing
+				// left to wait by within step 34's rules.
+				f.counts.ackTimeouts.Inc()
+				f.warns.warn(ctx, "code feed: create answered before every instance acknowledged its code",
+					errors.New("announced again on another redis, whose registrations could not be read"))
+				return
+			}
+			// This instance's subscription is likely still on the server
+			// it left: acknowledgements may not reach it; read the
+			// registrations every livePingEvery.
+			poll = true
 		}
+	}
+	if !f.reg.listening() {
+		// The registrations were not read, and this instance's own
+		// subscription is not up: nothing can tell when the others have
+		// the code. It answers at once, counted, as step 33 did after
+		// 50 ms: the one case of step 34's exception that step 43 leaves.
+		f.counts.ackTimeouts.Inc()
+		f.warns.warn(ctx, "code feed: create answered before every instance acknowledged its code",
+			errors.New("registrations not read, and this instance's own subscription is not up: no acknowledgement can reach it"))
 		return
 	}
 	// The registrations could not be read: as before step 34, as many

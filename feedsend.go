@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
 	"fmt"
 	"time"
 
@@ -16,6 +17,7 @@ type pubReq struct {
 	n    int
 	live map[string]time.Time // shared by the batch: read only
 	at   time.Time            // when the PUBLISH's reply came back
+	mark string               // the key the batch's script left where it ran (step 43)
 	err  error
 	done chan struct{}
 }
@@ -81,12 +83,18 @@ func (f *codeFeed) publishLoop(ctx context.Context) {
 		at := f.rdb.breaker.now()
 		// Not ctx: it ends at shutdown, after the last create.
 		pctx, cancel := context.WithTimeout(context.Background(), f.rdb.timeout)
-		args = append(args[:0], f.codes, liveMaxBytes, liveMaxFields)
+		// The batch's mark outlives its creates' waits (step 43): they
+		// end BLOOM_ACK_TIMEOUT after the reply, which comes up to
+		// REDIS_TIMEOUT after the script ran; their last read takes
+		// REDIS_TIMEOUT more.
+		mark := f.marks + rand.Text()
+		markLife := f.ackTimeout + 2*f.rdb.timeout + time.Second
+		args = append(args[:0], f.codes, liveMaxBytes, liveMaxFields, markLife.Milliseconds())
 		for _, r := range batch {
 			args = append(args, f.announcement(r.code))
 		}
 		sent := time.Now()
-		reply, err := livePublishScript.Run(pctx, f.rdb.Client, []string{f.live}, args...).Slice()
+		reply, err := livePublishScript.Run(pctx, f.rdb.Client, []string{f.live, mark}, args...).Slice()
 		published := time.Now()
 		cancel()
 		f.rdb.breaker.done(at, err)
@@ -98,7 +106,7 @@ func (f *codeFeed) publishLoop(ctx context.Context) {
 			if err != nil {
 				r.err = fmt.Errorf("code feed: publish %s: %w", r.code, err)
 			} else if n, ok := reply[1+i].(int64); ok {
-				r.n, r.live, r.at = int(n), live, published
+				r.n, r.live, r.at, r.mark = int(n), live, published, mark
 			} else {
 				r.err = fmt.Errorf("code feed: publish %s: PUBLISH answered %T", r.code, reply[1+i])
 			}

@@ -57,6 +57,11 @@ import (
 //     those that renewed from a probe sent before the PUBLISH (one renewed
 //     from a probe sent over liveMargin after it has handled the code: its
 //     acknowledgement was lost). BLOOM_ACK_TIMEOUT caps the whole wait.
+//     Since step 43 it reads them again only on the server its PUBLISH
+//     went to (the mark the script left there): where the mark is
+//     missing, the client has moved, and the code is announced again
+//     there. A creator that cannot hear (its own subscription down)
+//     waits by those renewals alone, read every livePingEvery.
 //     Registrations are judged as of when the script was sent.
 //   - An instance trusts its Bloom filter and negative cache only while
 //     its registration lasts (by its own clock, liveMargin short of
@@ -100,12 +105,21 @@ const (
 // livePublishScript reads the registrations, if the hash is small enough,
 // then publishes each announcement; it returns {registrations or nil,
 // receivers of each PUBLISH...}. ARGV: the channel, liveMaxBytes,
-// liveMaxFields, the announcements. HLEN first: it costs nothing, and
+// liveMaxFields, the mark's life (step 43, below), the announcements. HLEN first: it costs nothing, and
 // bounds what MEMORY USAGE reads (SAMPLES 0, every field: with the
 // default sample of five, one large value among many small ones can be
 // missed). MEMORY is called with pcall: a Redis whose ACL refuses it
 // (some hosted ones) gets creates that wait by PUBLISH's count, as before
 // step 34, not creates that fail.
+//
+// Step 43: it also leaves KEYS[2], the batch's mark (ARGV[4]: its life in
+// milliseconds; the announcements follow, from ARGV[5]), on the server it
+// ran on; a create reads the registrations again only where that mark is
+// (liveReadScript), so that a renewal read on another server, where its
+// announcement never went, is not taken for proof. The mark is set after
+// the PUBLISHes, with pcall: a Redis out of memory refuses the SET, and
+// must still carry the announcements (its creates then announce again
+// until BLOOM_ACK_TIMEOUT, counted).
 var livePublishScript = redis.NewScript(`
 local live = false
 if redis.call('HLEN', KEYS[1]) <= tonumber(ARGV[3]) then
@@ -113,12 +127,16 @@ if redis.call('HLEN', KEYS[1]) <= tonumber(ARGV[3]) then
   if not size or (type(size) == 'number' and size <= tonumber(ARGV[2])) then live = redis.call('HGETALL', KEYS[1]) end
 end
 local out = {live}
-for i = 4, #ARGV do out[#out + 1] = redis.call('PUBLISH', ARGV[1], ARGV[i]) end
+for i = 5, #ARGV do out[#out + 1] = redis.call('PUBLISH', ARGV[1], ARGV[i]) end
+redis.pcall('SET', KEYS[2], '1', 'PX', ARGV[4])
 return out
 `)
 
-// liveReadScript reads the registrations, if the hash is small enough.
+// liveReadScript reads the registrations, if the hash is small enough,
+// and if KEYS[2], the mark its create's PUBLISH left, is on this server
+// (else it returns -1: the client has moved since; step 43).
 var liveReadScript = redis.NewScript(`
+if redis.call('EXISTS', KEYS[2]) == 0 then return -1 end
 if redis.call('HLEN', KEYS[1]) > tonumber(ARGV[2]) then return false end
 local size = redis.pcall('MEMORY', 'USAGE', KEYS[1], 'SAMPLES', 0)
 if size and (type(size) ~= 'number' or size > tonumber(ARGV[1])) then return false end
@@ -208,16 +226,25 @@ func (f *codeFeed) verifyRegistration(id, v string) (time.Time, bool) {
 	return time.UnixMilli(ms), true
 }
 
+// errMoved: the registrations were read on a server without the create's
+// mark; its client has moved since the PUBLISH (step 43).
+var errMoved = errors.New("code feed: the client has moved to another redis since the announcement")
+
 // readLive reads the registrations again (a create whose instance's
-// registration ended before it acknowledged), and returns them with the
+// registration ended before it acknowledged, or, step 43, one that polls
+// because its own instance cannot hear), on the server that holds
+// mark, the create's PUBLISH's (else errMoved), and returns them with the
 // moment the script was sent, as of which they are judged.
-func (f *codeFeed) readLive(ctx context.Context) (map[string]time.Time, time.Time, error) {
+func (f *codeFeed) readLive(ctx context.Context, mark string) (map[string]time.Time, time.Time, error) {
 	ctx, cancel := context.WithTimeout(ctx, f.rdb.timeout)
 	defer cancel()
 	// Registrations are judged as of the moment the script was sent: one
 	// that was good when Redis ran it counts, however late the reply.
 	sent := time.Now()
-	reply, err := liveReadScript.Run(ctx, f.rdb.Client, []string{f.live}, liveMaxBytes, liveMaxFields).Result()
+	reply, err := liveReadScript.Run(ctx, f.rdb.Client, []string{f.live, mark}, liveMaxBytes, liveMaxFields).Result()
+	if n, ok := reply.(int64); err == nil && ok && n == -1 {
+		return nil, sent, errMoved
+	}
 	if err == redis.Nil {
 		return nil, sent, fmt.Errorf("code feed: registrations: %s is over %d bytes or %d fields", f.live, liveMaxBytes, liveMaxFields)
 	}
@@ -234,30 +261,43 @@ func (f *codeFeed) readLive(ctx context.Context) (map[string]time.Time, time.Tim
 // published is when the PUBLISH's reply came back: an instance whose
 // registration, read again, comes from a probe sent more than liveMargin
 // after published has handled the announcement (the probe came behind
-// it), and counts as heard even if its acknowledgement was lost. It returns
-// whether every instance still registered was heard.
-func (f *codeFeed) waitLive(ctx context.Context, w *ackWait, live map[string]time.Time, published time.Time, cap <-chan time.Time) bool {
+// it), and counts as heard even if its acknowledgement was lost. With
+// poll (step 43: this instance cannot hear acknowledgements), it reads
+// them again every livePingEvery too, so that such renewals end the wait
+// about a second after the PUBLISH, not at each registration's end. It
+// returns whether every instance still registered was heard (liveHeard),
+// the cap came first (liveCapped), or the registrations were read on a
+// server without mark, the PUBLISH's (liveMoved, step 43): the client
+// has moved, and a renewal there says nothing of the announcement.
+func (f *codeFeed) waitLive(ctx context.Context, w *ackWait, live map[string]time.Time, published time.Time, mark string,
+	cap <-chan time.Time, poll bool) liveWait {
 	// Not for this instance's own: announce has added the code here.
 	done := f.waiters.wantIDs(w, live, f.id)
 	for {
 		next, ok := f.waiters.earliest(w)
 		if !ok {
-			return true
+			return liveHeard
+		}
+		if poll {
+			next = earliest(next, time.Now().Add(livePingEvery))
 		}
 		t := time.NewTimer(time.Until(next))
 		select {
 		case <-done:
 			t.Stop()
-			return true
+			return liveHeard
 		case <-cap:
 			t.Stop()
-			return false
+			return liveCapped
 		case <-ctx.Done():
 			t.Stop()
-			return true // the client is gone: nobody to answer
+			return liveHeard // the client is gone: nobody to answer
 		case <-t.C:
 		}
-		now, sent, err := f.readLive(ctx)
+		now, sent, err := f.readLive(ctx, mark)
+		if errors.Is(err, errMoved) {
+			return liveMoved
+		}
 		if err != nil {
 			// Nothing known: wait on for the instance, until the cap.
 			f.warns.warn(ctx, "code feed: registrations not read again; the create waits on", err)
@@ -274,6 +314,15 @@ func (f *codeFeed) waitLive(ctx context.Context, w *ackWait, live map[string]tim
 		}
 	}
 }
+
+// liveWait is how waitLive ended.
+type liveWait int
+
+const (
+	liveHeard  liveWait = iota // every instance has the code or does not trust its filter
+	liveCapped                 // BLOOM_ACK_TIMEOUT came first
+	liveMoved                  // the client moved to another server since the PUBLISH
+)
 
 // liveState is this instance's registration, and whether it may trust
 // its filter: what the subscription (session), the renewals (liveLoop)

@@ -3,7 +3,10 @@ package main
 import (
 	"context"
 	"crypto/rand"
+	"net"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -100,6 +103,147 @@ func TestFeedStalledInstanceHoldsCreateUntilItsRegistrationEnds(t *testing.T) {
 		t.Errorf("ack timeouts = %v, want 0: the registration ends before BLOOM_ACK_TIMEOUT", got)
 	}
 	waitTrusted(t, b.tb.bloomStore, false)
+}
+
+// TestFeedCreatorNotListeningWaitsForRenewals: a creator whose own
+// subscription is not up (here it never subscribes: an instance
+// starting) cannot hear any acknowledgement. Since step 43 its create
+// waits until the other instance renews from a probe sent after the
+// PUBLISH, which comes behind the announcement: that instance has the
+// code when the create returns, at full speed (two creates) and slowed
+// by 100 ms each way (three). Until step 43 the create answered at
+// once, counted, and the slow instance, trusting its filter, would have
+// answered 404 (docs/42).
+func TestFeedCreatorNotListeningWaitsForRenewals(t *testing.T) {
+	opts, prefix := testRedis(t)
+	proxy := startProxy(t, opts.Addr)
+	o := *opts
+	o.Addr = proxy.addr()
+	a := newTestFeed(t, openTestRedis(t, &o, testRedisTimeout, discardLog), prefix, defaultBloomAckTimeout)
+	waitTrusted(t, a.tb.bloomStore, true)
+	b := newDeafFeed(t, openTestRedis(t, opts, testRedisTimeout, discardLog), prefix)
+	for i := range 5 {
+		if i == 2 {
+			proxy.slow(100 * time.Millisecond)
+		}
+		if b.reg.listening() {
+			t.Fatal("the creator is listening: the test tests nothing")
+		}
+		code := newCode()
+		start := time.Now()
+		b.announce(context.Background(), code)
+		t.Logf("create %d waited %v", i, time.Since(start).Round(time.Millisecond))
+		if !a.tb.check(code) {
+			t.Errorf("create %d: the other instance would answer 404 for %s when the create returns", i, code)
+		}
+		if !a.has(code) {
+			t.Errorf("create %d: the other instance does not have %s when the create returns", i, code)
+		}
+	}
+	if got := testutil.ToFloat64(b.tb.m.bloom.ackUnheard); got != 5 {
+		t.Errorf("creates unheard = %v, want 5", got)
+	}
+	if got := testutil.ToFloat64(b.tb.m.bloom.ackTimeouts) + testutil.ToFloat64(b.tb.m.bloom.ackLapsed); got != 0 {
+		t.Errorf("ack timeouts and lapses = %v, want 0", got)
+	}
+}
+
+// newDeafFeed is a creator's feed that publishes, and nothing else runs:
+// no subscription, no registration of its own (an instance starting).
+// BLOOM_ACK_TIMEOUT is 30 s.
+func newDeafFeed(t *testing.T, rdb *guardedRedis, prefix string) *testFeed {
+	t.Helper()
+	tb := newTestBloom(t, false, nil)
+	f := &testFeed{codeFeed: newCodeFeed(rdb, testAuth, prefix, 30*time.Second, tb.bloomStore, nil, tb.m.bloomCounts(), discardLog), tb: tb}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { f.publishLoop(ctx) })
+	t.Cleanup(func() {
+		cancel()
+		wg.Wait()
+	})
+	return f
+}
+
+// TestFeedCreatorWhoseClientMovesAnnouncesAgain: a creator that cannot
+// hear publishes on the old server; its client then moves to the new
+// master (a failover), where the other instance is, renewing from its
+// probes, and never heard the announcement. Since step 43 the create
+// reads the registrations again only where its PUBLISH left its mark: on
+// the new master it finds none, announces the code again there, and
+// returns once the other instance has it. Until then it took that
+// instance's renewals on the new master for proof, and returned while
+// that instance, trusting its filter, did not have the code.
+func TestFeedCreatorWhoseClientMovesAnnouncesAgain(t *testing.T) {
+	opts, prefix := testRedis(t) // the old master
+	serverBin := findRedisServer()
+	if serverBin == "" {
+		t.Fatal("redis-server is not installed")
+	}
+	dir := t.TempDir()
+	newAddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(startRedisProcess(t, "redis-new-master", serverBin, dir, plainRedisArgs(dir))))
+	a := newTestFeed(t, openTestRedis(t, plainRedis(newAddr), testRedisTimeout, discardLog), prefix, defaultBloomAckTimeout)
+	waitTrusted(t, a.tb.bloomStore, true)
+	ctx := context.Background()
+	look := lookInto(t, opts)
+	proxy := startProxy(t, opts.Addr)
+	ob := *opts
+	ob.Addr = proxy.addr()
+	b := newDeafFeed(t, openTestRedis(t, &ob, testRedisTimeout, discardLog), prefix)
+	// The move must come after the PUBLISH's reply (else the reply is
+	// lost with the connection), and before the create's reads of the old
+	// server end its wait: there, a's registration lapses after 2 s, and
+	// the create returns without having moved. A try where the move came
+	// too late (a lapse counted) is made again with a new code.
+	for try := 1; ; try++ {
+		// The old server holds a registration of a's from before the
+		// PUBLISH, as replicated before the failover; signed, good for
+		// liveTTL: the create waits for a.
+		if err := look.HSet(ctx, prefix+"feed:live", a.id, a.registration(time.Now().Add(liveTTL))).Err(); err != nil {
+			t.Fatal(err)
+		}
+		proxy.retarget(opts.Addr)
+		lapsed := testutil.ToFloat64(b.tb.m.bloom.ackLapsed)
+		code := newCode()
+		done := make(chan struct{})
+		start := time.Now()
+		go func() {
+			defer close(done)
+			b.announce(ctx, code)
+		}()
+		waitUntil(t, "the create waiting by id on the old server", func() bool {
+			b.waiters.mu.Lock()
+			defer b.waiters.mu.Unlock()
+			w := b.waiters.m[code]
+			return w != nil && w.need != nil
+		})
+		proxy.retarget(newAddr)
+		select {
+		case <-done:
+		case <-time.After(2 * time.Minute):
+			t.Fatal("the create did not return in 2 minutes (its cap is 30 s)")
+		}
+		t.Logf("try %d: the create waited %v", try, time.Since(start).Round(time.Millisecond))
+		if testutil.ToFloat64(b.tb.m.bloom.ackLapsed) > lapsed && testutil.ToFloat64(b.tb.m.bloom.ackMoved) == 0 {
+			if try == 5 {
+				t.Fatal("in 5 tries, the move never came before a's registration on the old server lapsed")
+			}
+			continue
+		}
+		if !a.tb.check(code) {
+			t.Errorf("the new master's instance would answer 404 for %s when the create returns", code)
+		}
+		if !a.has(code) {
+			t.Errorf("the new master's instance does not have %s when the create returns", code)
+		}
+		break
+	}
+	if got := testutil.ToFloat64(b.tb.m.bloom.ackMoved); got != 1 {
+		t.Errorf("creates announced again = %v, want 1", got)
+	}
+	if got := testutil.ToFloat64(b.tb.m.bloom.ackTimeouts); got != 0 {
+		t.Errorf("ack timeouts = %v, want 0", got)
+	}
 }
 
 // TestFeedIgnoresForgedRegistrations: registrations written by someone

@@ -91,6 +91,8 @@ type bloomMetrics struct {
 	falsePositives  prometheus.Counter
 	ackTimeouts     prometheus.Counter
 	ackLapsed       prometheus.Counter
+	ackUnheard      prometheus.Counter
+	ackMoved        prometheus.Counter
 	publishFailures prometheus.Counter
 	resyncs         prometheus.Counter
 	badMessages     prometheus.Counter
@@ -175,6 +177,10 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 		"Creates answered before every instance said it had added the new code (BLOOM_ACK_TIMEOUT).")))).(prometheus.Counter)
 	m.bloom.ackLapsed = f(prometheus.NewCounter(prometheus.CounterOpts(opts("bloom_ack_lapsed_total",
 		"Instances a create stopped waiting for because their registration ended first: each had stopped trusting its filter (step 34).")))).(prometheus.Counter)
+	m.bloom.ackUnheard = f(prometheus.NewCounter(prometheus.CounterOpts(opts("bloom_creates_unheard_total",
+		"Creates made while this instance's own feed subscription was not up, so that no acknowledgement could reach them: each waited instead until every registered instance renewed its registration from a later probe, or the registration ended (step 43).")))).(prometheus.Counter)
+	m.bloom.ackMoved = f(prometheus.NewCounter(prometheus.CounterOpts(opts("bloom_ack_moved_total",
+		"Times a create found its client moved to another Redis server while it waited (a failover), and announced its code again there, to wait there (step 43).")))).(prometheus.Counter)
 	m.bloom.publishFailures = f(prometheus.NewCounter(prometheus.CounterOpts(opts("bloom_publish_failures_total",
 		"New codes that could not be published to the other instances at once (Redis failing); each is published again once Redis answers.")))).(prometheus.Counter)
 	m.bloom.resyncs = f(prometheus.NewCounter(prometheus.CounterOpts(opts("bloom_resyncs_total",
@@ -362,7 +368,7 @@ func (m *metrics) invalidationCounts() invalidationCounts {
 type bloomCounts struct {
 	no, maybe, untrusted, falsePositives      counter
 	ackTimeouts, publishFailures, badMessages counter
-	ackLapsed                                 counter
+	ackLapsed, ackUnheard, ackMoved           counter
 	resyncs                                   counter
 	buildSeconds                              gauge
 	sweepsOK, sweepsFailed                    counter
@@ -380,7 +386,7 @@ func (noGauge) Set(float64) {}
 func (m *metrics) bloomCounts() bloomCounts {
 	if m == nil {
 		n := noCount{}
-		return bloomCounts{no: n, maybe: n, untrusted: n, falsePositives: n, ackTimeouts: n, ackLapsed: n, publishFailures: n,
+		return bloomCounts{no: n, maybe: n, untrusted: n, falsePositives: n, ackTimeouts: n, ackLapsed: n, ackUnheard: n, ackMoved: n, publishFailures: n,
 			badMessages: n, resyncs: n, buildSeconds: noGauge{}, sweepsOK: n, sweepsFailed: n, sweepCodes: n, sweepMissed: n,
 			notifiedCodes: n, notifiedAll: n, notifiedBad: n}
 	}
@@ -391,6 +397,8 @@ func (m *metrics) bloomCounts() bloomCounts {
 		falsePositives:  m.bloom.falsePositives,
 		ackTimeouts:     m.bloom.ackTimeouts,
 		ackLapsed:       m.bloom.ackLapsed,
+		ackUnheard:      m.bloom.ackUnheard,
+		ackMoved:        m.bloom.ackMoved,
 		publishFailures: m.bloom.publishFailures,
 		badMessages:     m.bloom.badMessages,
 		resyncs:         m.bloom.resyncs,

@@ -77,6 +77,7 @@ func testRedis(t *testing.T) (*redis.Options, string) {
 type tcpProxy struct {
 	ln       net.Listener
 	target   string
+	moved    atomic.Pointer[string] // see retarget
 	stalled  atomic.Bool
 	closed   atomic.Bool
 	refused  atomic.Bool  // see refuse
@@ -125,7 +126,11 @@ func (p *tcpProxy) serve() {
 		if p.stalled.Load() {
 			continue // held open, never answered
 		}
-		out, err := net.Dial("tcp", p.target)
+		target := p.target
+		if m := p.moved.Load(); m != nil {
+			target = *m
+		}
+		out, err := net.Dial("tcp", target)
 		if err != nil {
 			in.Close() //nolint:errcheck // the client sees the closed connection, which is the point
 			continue
@@ -195,6 +200,14 @@ func (p *tcpProxy) drop() {
 		c.Close() //nolint:errcheck // a connection closed twice is expected here
 	}
 	p.conns = nil
+}
+
+// retarget sends new connections to addr, and closes every connection
+// open now: the server behind the proxy's address has changed, as a
+// client that moves to a new master sees it (step 43).
+func (p *tcpProxy) retarget(addr string) {
+	p.moved.Store(&addr)
+	p.drop()
 }
 
 // refuse closes every connection open now and each new one as it comes,

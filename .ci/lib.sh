@@ -31,6 +31,18 @@ run_tests() {
 		# The failures first, with what they printed: with -count=2 the
 		# tail alone can be another package's passes.
 		grep -B1 -A40 -- '--- FAIL\|^panic:\|DATA RACE' "$out" | grep -v '^=== \(RUN\|PAUSE\|CONT\)' | head -n 300 || true
+		# Each failing test's own lines: with -v they come under its
+		# === RUN, CONT or NAME headers, far from its --- FAIL line when
+		# tests run in parallel (in step 43's rehearsal a HEAD failure
+		# printed none of them).
+		echo '... the failing tests, each with its own lines:'
+		awk 'NR == FNR {
+				if ($0 ~ /^[[:space:]]*--- FAIL: /) { n = $0; sub(/^[[:space:]]*--- FAIL: /, "", n); sub(/ .*/, "", n); bad[n] = 1 }
+				next
+			}
+			/^=== (RUN|CONT|PAUSE|NAME) / { cur = $3; next }
+			/^(--- |PASS|FAIL|ok )/ { cur = "" }
+			cur in bad { print cur ": " $0 }' "$out" "$out" | head -n 200 || true
 		# What the tests said (t.Error, t.Log): in -v output a subtest's
 		# messages come before its --- FAIL line, far from it.
 		echo '... what the tests said:'
