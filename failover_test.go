@@ -366,12 +366,7 @@ func TestChangeCountsOnlyOnceAReplicaHasIt(t *testing.T) {
 // Redis kept the old link for CACHE_TTL.
 func TestResubscriptionTellsRecentChangesAgain(t *testing.T) {
 	t.Parallel()
-	serverBin := findRedisServer()
-	if serverBin == "" {
-		t.Fatal("redis-server is not installed")
-	}
-	dir := t.TempDir()
-	opts := plainRedis(net.JoinHostPort("127.0.0.1", strconv.Itoa(startRedisProcess(t, "redis", serverBin, dir, plainRedisArgs(dir)))))
+	opts := ownRedis(t, "redis")
 	look := lookInto(t, opts)
 	rdb := openTestRedis(t, opts, testRedisTimeout, discardLog)
 	mem := newMemoryStore()

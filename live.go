@@ -118,8 +118,10 @@ const (
 // (liveReadScript), so that a renewal read on another server, where its
 // announcement never went, is not taken for proof. The mark is set after
 // the PUBLISHes, with pcall: a Redis out of memory refuses the SET, and
-// must still carry the announcements (its creates then announce again
-// until BLOOM_ACK_TIMEOUT, counted).
+// must still carry the announcements. It refuses the probes too, so no
+// registration is renewed: a create that reads again finds no mark and
+// announces again, counted, until the registrations it waits for end
+// (reasoning that step 44's test fits; docs/43 said BLOOM_ACK_TIMEOUT).
 var livePublishScript = redis.NewScript(`
 local live = false
 if redis.call('HLEN', KEYS[1]) <= tonumber(ARGV[3]) then

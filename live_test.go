@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"crypto/rand"
-	"net"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -176,12 +174,7 @@ func newDeafFeed(t *testing.T, rdb *guardedRedis, prefix string) *testFeed {
 // that instance, trusting its filter, did not have the code.
 func TestFeedCreatorWhoseClientMovesAnnouncesAgain(t *testing.T) {
 	opts, prefix := testRedis(t) // the old master
-	serverBin := findRedisServer()
-	if serverBin == "" {
-		t.Fatal("redis-server is not installed")
-	}
-	dir := t.TempDir()
-	newAddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(startRedisProcess(t, "redis-new-master", serverBin, dir, plainRedisArgs(dir))))
+	newAddr := ownRedis(t, "redis-new-master").Addr
 	a := newTestFeed(t, openTestRedis(t, plainRedis(newAddr), testRedisTimeout, discardLog), prefix, defaultBloomAckTimeout)
 	waitTrusted(t, a.tb.bloomStore, true)
 	ctx := context.Background()
@@ -244,6 +237,103 @@ func TestFeedCreatorWhoseClientMovesAnnouncesAgain(t *testing.T) {
 	if got := testutil.ToFloat64(b.tb.m.bloom.ackTimeouts); got != 0 {
 		t.Errorf("ack timeouts = %v, want 0", got)
 	}
+}
+
+// TestFeedWhereRedisIsOutOfMemory: a Redis at its maxmemory that evicts
+// nothing (noeviction) refuses, in a script, each command that may add
+// memory until the script has written something. The publish
+// script sets the batch's mark (step 43) after its PUBLISHes, with
+// pcall: the announcements still go out, and a listening creator's
+// creates return once acknowledged, none failed. The probes are refused
+// too, so no instance renews its registration: each stops trusting its
+// filter, and a creator that cannot hear, finding no mark, announces
+// again until the registrations it waits for have ended, not until
+// BLOOM_ACK_TIMEOUT as docs/43 reasoned (step 44). The test logs when
+// each instance stopped trusting its filter. Once Redis takes writes
+// again, both trust their filters again.
+func TestFeedWhereRedisIsOutOfMemory(t *testing.T) {
+	opts := ownRedis(t, "redis-oom")
+	const prefix = "oom:"
+	a := newTestFeed(t, openTestRedis(t, opts, testRedisTimeout, discardLog), prefix, 30*time.Second)
+	b := newTestFeed(t, openTestRedis(t, opts, testRedisTimeout, discardLog), prefix, 30*time.Second)
+	waitTrusted(t, a.tb.bloomStore, true)
+	waitTrusted(t, b.tb.bloomStore, true)
+	c := newDeafFeed(t, openTestRedis(t, opts, testRedisTimeout, discardLog), prefix)
+	look := lookInto(t, opts)
+	ctx := context.Background()
+	if err := look.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := look.ConfigSet(ctx, "maxmemory", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	full := time.Now()
+	// Before the feeds stop (cleanups run last first): they deregister.
+	t.Cleanup(func() {
+		if err := look.ConfigSet(context.Background(), "maxmemory", "0").Err(); err != nil {
+			t.Error(err)
+		}
+	})
+	if err := look.Set(ctx, prefix+"oom-check", "1", time.Minute).Err(); err == nil || !strings.HasPrefix(err.Error(), "OOM") {
+		t.Fatalf("SET at maxmemory 1: %v; want Redis's OOM error: the test tests nothing", err)
+	}
+	for i := range 3 {
+		code := newCode()
+		start := time.Now()
+		b.announce(ctx, code)
+		t.Logf("listening creator, create %d: waited %v; the other instance has the code: %v",
+			i, time.Since(start).Round(time.Millisecond), a.has(code))
+		if !a.tb.check(code) {
+			t.Errorf("create %d: the other instance would answer 404 for %s when the create returns", i, code)
+		}
+	}
+	if got := testutil.ToFloat64(b.tb.m.bloom.publishFailures); got != 0 {
+		t.Errorf("publish failures = %v, want 0: the mark's refused SET failed the script", got)
+	}
+	// The other instance, as the create returns: whether it has the code,
+	// whether it trusts its filter, and whether it would find the link.
+	type returned struct {
+		waited              time.Duration
+		has, trusted, found bool
+	}
+	code := newCode()
+	done := make(chan returned, 1)
+	go func() {
+		start := time.Now()
+		c.announce(ctx, code)
+		done <- returned{time.Since(start), a.has(code), a.tb.bloomStore.stats().trusted, a.tb.check(code)}
+	}()
+	// Meanwhile, when each instance stops trusting its filter: no probe
+	// goes through, so no registration is renewed.
+	var lost [2]time.Duration
+	waitUntil(t, "both instances to stop trusting their filters", func() bool {
+		for i, f := range []*testFeed{a, b} {
+			if lost[i] == 0 && !f.tb.bloomStore.stats().trusted {
+				lost[i] = time.Since(full)
+			}
+		}
+		return lost[0] != 0 && lost[1] != 0
+	})
+	r := <-done
+	t.Logf("the instances stopped trusting their filters %v and %v after Redis was full",
+		lost[0].Round(time.Millisecond), lost[1].Round(time.Millisecond))
+	t.Logf("creator that cannot hear: waited %v, announced again %v times; as it returned, the other instance had the code: %v, trusted its filter: %v",
+		r.waited.Round(time.Millisecond), testutil.ToFloat64(c.tb.m.bloom.ackMoved), r.has, r.trusted)
+	if !r.found {
+		t.Errorf("the other instance would have answered 404 for %s as the create returned", code)
+	}
+	if got := testutil.ToFloat64(c.tb.m.bloom.ackTimeouts); got != 0 {
+		t.Errorf("ack timeouts = %v, want 0: the create waited until BLOOM_ACK_TIMEOUT (%v)", got, r.waited.Round(time.Millisecond))
+	}
+	if got := testutil.ToFloat64(c.tb.m.bloom.publishFailures); got != 0 {
+		t.Errorf("publish failures = %v, want 0: an announcement again failed, and the create stopped waiting early", got)
+	}
+	// Once Redis takes writes again, the probes go through.
+	if err := look.ConfigSet(ctx, "maxmemory", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitTrusted(t, a.tb.bloomStore, true)
+	waitTrusted(t, b.tb.bloomStore, true)
 }
 
 // TestFeedIgnoresForgedRegistrations: registrations written by someone

@@ -399,6 +399,12 @@ func tryStartNginx(t *testing.T, nginxBin, upstreamPort string, env ...string) (
 		"APP_PORT_BASE="+upstreamPort, "NGINX_ACCESS_LOG=", "NGINX_IPV6=", "PATH="+filepath.Dir(nginxBin)+string(os.PathListSeparator)+os.Getenv("PATH"))
 	check.Env = append(check.Env, env...)
 	out, err := check.CombinedOutput()
+	if err != nil && strings.Contains(string(out), "a duplicate listen") {
+		// The port picked here is one the caller picked too (TestNginxTLS's
+		// NGINX_TLS_PORT: the kernel handed out a closed port again, in
+		// step 44's rehearsal): pick another (step 44).
+		return nil, fmt.Errorf("%w: %s is the caller's too: %s", errPortTaken, port, out)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("deploy/replicas.sh check 1: %w\n%s", err, out)
 	}

@@ -586,6 +586,20 @@ func sentinelTestBins(t *testing.T) (sentinelBin, serverBin string) {
 	return sentinelBin, serverBin
 }
 
+// ownRedis starts a redis-server of the test's own, keeping nothing on
+// disk (one the test may reconfigure, or fail over to), and returns its
+// options (step 44: two tests did this by hand; they and a new one call
+// it).
+func ownRedis(t testing.TB, name string) *redis.Options {
+	t.Helper()
+	bin := findRedisServer()
+	if bin == "" {
+		t.Fatal("redis-server is not installed")
+	}
+	dir := t.TempDir()
+	return plainRedis(net.JoinHostPort("127.0.0.1", strconv.Itoa(startRedisProcess(t, name, bin, dir, plainRedisArgs(dir)))))
+}
+
 // plainRedisArgs is startRedisProcess's argument list for a redis-server
 // that keeps nothing on disk, in dir.
 func plainRedisArgs(dir string) func(port int) []string {

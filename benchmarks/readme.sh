@@ -21,7 +21,7 @@ readme() { if [ "$1" = WORK ]; then cat README.md; else git show "$1:README.md";
 {
 	echo "# readme.sh $* ($(date -u +%Y-%m-%dT%H:%M:%SZ))"
 	echo "# bytes: wc -c; rows: lines '| NN | [title](docs/NN-...) | headline |'; words: the headline with"
-	echo "#   ([..](..), [..](..)) and [Erratum](docs/errata.md) or [†](docs/errata.md) removed and [text](url) read as text, split on spaces"
+	echo "#   ([..](..), [..](..)) and [Erratum](docs/errata.md), [†](docs/errata.md) or [†][e] removed and [text](url) read as text, split on spaces"
 	for arg in "$@"; do
 		rev=$arg
 		if [ "$rev" = WORK ]; then
@@ -37,7 +37,7 @@ readme() { if [ "$1" = WORK ]; then cat README.md; else git show "$1:README.md";
 		readme "$rev" | perl -ne '
 			next unless /^\| (\d\d) \| \[[^\]]+\]\(docs\/\d\d-[^)]+\.md\) \| (.*) \|$/;
 			my ($n, $h) = ($1, $2);
-			$h =~ s/\s*\[(Erratum|†)\]\(docs\/errata\.md\)//g;
+			$h =~ s/\s*\[(Erratum|†)\](\(docs\/errata\.md\)|\[e\])//g;
 			$h =~ s/\s*\((\[[^\]]*\]\([^)\s]+\)(, )?)+\)//g;
 			$h =~ s/\[([^\]]*)\]\([^)\s]+\)/$1/g;
 			my @w = split " ", $h;
