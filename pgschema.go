@@ -11,6 +11,8 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"regexp"
+	"strings"
 	"time"
 
 	// pq.Error carries Postgres's error codes.
@@ -99,13 +101,18 @@ func replicaNotReady(err error) bool {
 // SHA-256 is recorded in schema_version once it is applied, and a start
 // that finds its own reads one row and takes no lock on links.
 //
-// When the schema is to change (a first start, or a new binary), it is
-// applied under a transaction-scoped advisory lock (several copies of the
-// app may start at once, and two concurrent CREATE TABLE IF NOT EXISTS
-// can still collide) with lock_timeout migrateLockWait: a migration that
-// cannot have its lock gives up at once, rather than make every lookup
-// wait behind it, and tries again, until migrateTimeout.
-func (s *pgStore) migrate(ctx context.Context) error {
+// When the schema is to change (a first start, or a new binary), one
+// instance applies it, under a session advisory lock that the others poll
+// for (several copies of the app may start at once, and two concurrent
+// CREATE TABLE IF NOT EXISTS can still collide). The file's first part
+// runs in one transaction with lock_timeout migrateLockWait: a migration
+// that cannot have its lock gives up at once, rather than make every
+// lookup wait behind it, and tries again, until migrateTimeout. Its last
+// part, the indexes, is built CONCURRENTLY, each on its own, after the
+// first part has committed (step 45, buildIndex): a plain CREATE INDEX
+// holds off every insert into its table for as long as it builds. The
+// version is recorded last, so a migration cut short is done again.
+func (s *pgStore) migrate(ctx context.Context) (err error) {
 	ctx, cancel := context.WithTimeout(ctx, migrateTimeout)
 	defer cancel()
 	want := schemaSHA256()
@@ -114,11 +121,35 @@ func (s *pgStore) migrate(ctx context.Context) error {
 	} else if have == want {
 		return nil
 	}
+	conn, err := s.db.Conn(ctx)
+	if err != nil {
+		return fmt.Errorf("store: migrate: %w", err)
+	}
+	// The advisory lock is the session's: the connection is closed when
+	// the migration is done, which releases it, never pooled holding it.
+	defer func() {
+		if cerr := discardConn(conn); cerr != nil && err == nil {
+			err = cerr
+		}
+	}()
+	if err := migrationLock(ctx, conn); err != nil {
+		return err
+	}
+	// Another instance may have applied it while this one waited.
+	if have, err := s.schemaVersion(ctx, conn); err != nil {
+		return fmt.Errorf("store: migrate: %w", err)
+	} else if have == want {
+		return nil
+	}
+	inTx, indexes := schemaParts()
 	wait := migrateLockWait
 	for attempt := 1; ; attempt++ {
-		err := s.applySchema(ctx, want)
+		err := applySchema(ctx, conn, inTx)
 		var pqErr *pq.Error
-		if err == nil || !errors.As(err, &pqErr) || pqErr.Code != "55P03" { // lock_not_available
+		if err == nil {
+			break
+		}
+		if !errors.As(err, &pqErr) || pqErr.Code != "55P03" { // lock_not_available
 			return err
 		}
 		select {
@@ -128,6 +159,54 @@ func (s *pgStore) migrate(ctx context.Context) error {
 		}
 		wait = min(2*wait, time.Second)
 	}
+	for _, stmt := range indexes {
+		if err := buildIndex(ctx, conn, stmt); err != nil {
+			return err
+		}
+	}
+	if _, err := conn.ExecContext(ctx, `INSERT INTO schema_version (id, sha256) VALUES (1, $1)
+ON CONFLICT (id) DO UPDATE SET sha256 = excluded.sha256, applied = now()`, want); err != nil {
+		return fmt.Errorf("store: migrate: record version: %w", err)
+	}
+	return nil
+}
+
+// migrationKey is the advisory lock the migration holds (steps 27 to 44
+// took it for a transaction, pg_advisory_xact_lock; the two conflict).
+const migrationKey = 7306298431
+
+// migrationLock takes migrationKey for conn's session, asking again every
+// migrateLockWait until ctx ends. It never waits inside Postgres: a
+// statement waiting there would hold a snapshot, and buildIndex's
+// CREATE INDEX CONCURRENTLY, on the instance holding the lock, waits for
+// every older snapshot to end.
+func migrationLock(ctx context.Context, conn *sql.Conn) error {
+	for {
+		var got bool
+		if err := conn.QueryRowContext(ctx, `SELECT pg_try_advisory_lock($1)`, int64(migrationKey)).Scan(&got); err != nil {
+			return fmt.Errorf("store: migrate: lock: %w", err)
+		}
+		if got {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("store: migrate: another instance held the migration for %v: %w", migrateTimeout, ctx.Err())
+		case <-time.After(migrateLockWait):
+		}
+	}
+}
+
+// discardConn closes conn's connection to Postgres, so that what its
+// session holds (the migration's advisory lock) goes with it.
+func discardConn(conn *sql.Conn) error {
+	// Raw returning driver.ErrBadConn is how database/sql is told to close
+	// a connection rather than pool it (and to release conn): that error
+	// is the point. Any other is a failure to close it.
+	if err := conn.Raw(func(any) error { return driver.ErrBadConn }); !errors.Is(err, driver.ErrBadConn) {
+		return fmt.Errorf("store: migrate: close the migration's connection: %w", err)
+	}
+	return nil
 }
 
 // migrateLockWait is how long one attempt at the migration waits for a
@@ -163,34 +242,84 @@ func (s *pgStore) schemaVersion(ctx context.Context, q interface {
 	return have, nil
 }
 
-// applySchema runs the schema and records want, in one transaction.
-func (s *pgStore) applySchema(ctx context.Context, want string) error {
-	tx, err := s.db.BeginTx(ctx, nil)
+// applySchema runs stmts, the schema's first part, in one transaction on
+// conn, with lock_timeout migrateLockWait.
+func applySchema(ctx context.Context, conn *sql.Conn, stmts string) error {
+	tx, err := conn.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("store: migrate: %w", err)
 	}
 	defer tx.Rollback() //nolint:errcheck // after Commit, Rollback is a no-op that returns ErrTxDone
-	if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock(7306298431)`); err != nil {
-		return fmt.Errorf("store: migrate: lock: %w", err)
-	}
-	// Another instance may have applied it while this one waited.
-	if have, err := s.schemaVersion(ctx, tx); err != nil {
-		return fmt.Errorf("store: migrate: %w", err)
-	} else if have == want {
-		return nil
-	}
 	if _, err := tx.ExecContext(ctx, fmt.Sprintf("SET LOCAL lock_timeout = %d", migrateLockWait.Milliseconds())); err != nil {
 		return fmt.Errorf("store: migrate: %w", err)
 	}
-	if _, err := tx.ExecContext(ctx, schemaSQL); err != nil {
+	if _, err := tx.ExecContext(ctx, stmts); err != nil {
 		return fmt.Errorf("store: migrate: %w", err)
-	}
-	if _, err := tx.ExecContext(ctx, `INSERT INTO schema_version (id, sha256) VALUES (1, $1)
-ON CONFLICT (id) DO UPDATE SET sha256 = excluded.sha256, applied = now()`, want); err != nil {
-		return fmt.Errorf("store: migrate: record version: %w", err)
 	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("store: migrate: commit: %w", err)
+	}
+	return nil
+}
+
+// indexesMarker is the line of sql/schema.sql after which every statement
+// is a CREATE [UNIQUE] INDEX CONCURRENTLY IF NOT EXISTS, run on its own.
+const indexesMarker = "-- Built CONCURRENTLY, each on its own, after the statements above have committed."
+
+// schemaParts splits sql/schema.sql at indexesMarker: what runs in one
+// transaction, and the index statements after it, comments dropped.
+func schemaParts() (inTx string, indexes []string) {
+	at := strings.Index(schemaSQL, "\n"+indexesMarker+"\n")
+	if at < 0 {
+		return schemaSQL, nil
+	}
+	for _, stmt := range strings.Split(schemaSQL[at+1:], ";\n") {
+		var lines []string
+		for _, line := range strings.Split(stmt, "\n") {
+			if line = strings.TrimSpace(line); line != "" && !strings.HasPrefix(line, "--") {
+				lines = append(lines, line)
+			}
+		}
+		if len(lines) > 0 {
+			indexes = append(indexes, strings.TrimSuffix(strings.Join(lines, " "), ";"))
+		}
+	}
+	return schemaSQL[:at+1], indexes
+}
+
+// concurrentIndex matches an index statement of the schema's last part;
+// its group is the index's name.
+var concurrentIndex = regexp.MustCompile(`^CREATE (?:UNIQUE )?INDEX CONCURRENTLY IF NOT EXISTS ([a-z_][a-z0-9_]*) ON `)
+
+// buildIndex runs stmt, a CREATE INDEX CONCURRENTLY IF NOT EXISTS, on
+// conn, outside any transaction. A plain CREATE INDEX takes a SHARE lock
+// on its table, which every INSERT, UPDATE and DELETE waits behind for as
+// long as the index builds (a B-tree on 10M links: seconds); CONCURRENTLY
+// takes a lock that writes pass, and waits instead for the transactions
+// that could not see the new index to end, which on this service's own
+// traffic is at most a DB_TIMEOUT (a pg_dump or a report makes it wait for
+// as long as they run, and the start fails at migrateTimeout; then build
+// the index by hand, docs/45). A build cut short (a deadline, a crash, a
+// cancel) leaves the index there but INVALID, which IF NOT EXISTS would
+// keep as it is forever: such an index is dropped and built again.
+func buildIndex(ctx context.Context, conn *sql.Conn, stmt string) error {
+	m := concurrentIndex.FindStringSubmatch(stmt)
+	if m == nil {
+		return fmt.Errorf("store: migrate: not a CREATE INDEX CONCURRENTLY IF NOT EXISTS: %.80q", stmt)
+	}
+	name := m[1]
+	var valid bool
+	switch err := conn.QueryRowContext(ctx, `SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass($1)`, name).Scan(&valid); {
+	case errors.Is(err, sql.ErrNoRows): // not there yet
+	case err != nil:
+		return fmt.Errorf("store: migrate: index %s: %w", name, err)
+	case !valid:
+		if _, err := conn.ExecContext(ctx, "DROP INDEX CONCURRENTLY IF EXISTS "+pq.QuoteIdentifier(name)); err != nil {
+			return fmt.Errorf("store: migrate: drop the invalid index %s: %w", name, err)
+		}
+	}
+	if _, err := conn.ExecContext(ctx, stmt); err != nil {
+		return fmt.Errorf("store: migrate: build index %s: %w", name, err)
 	}
 	return nil
 }

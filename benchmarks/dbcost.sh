@@ -7,7 +7,10 @@
 #   CREATE DATABASE (the default WAL_LOG strategy) and DROP DATABASE;
 #   the same with STRATEGY FILE_COPY;
 #   sql/schema.sql on an empty database, then again on the same one (what
-#   the app's open costs on a database cloned from a template).
+#   the app's open costs on a database cloned from a template), as the
+#   app applies it: in one transaction, and since step 45 the indexes
+#   below its marker line after the COMMIT, each on its own (CREATE INDEX
+#   CONCURRENTLY cannot run in a transaction).
 #
 #   benchmarks/dbcost.sh [-n ROUNDS] [-o FILE]
 #
@@ -25,6 +28,18 @@ repo=$(git rev-parse --show-toplevel)
 . "$repo/benchmarks/lib.sh" # machine_line
 psql "$admin" -Atc 'select 1' >/dev/null || { echo "dbcost.sh: Postgres does not answer at $admin (set ADMIN_DATABASE_URL)" >&2; exit 1; }
 suffix=$(od -An -N4 -tx4 /dev/urandom | tr -d ' \n')
+# schema_as_the_app: psql's input for sql/schema.sql as the app applies
+# it: timing on, the part above the marker line in one transaction, then
+# each statement below it on its own (a file without the line: all of it
+# in the transaction).
+marker='^-- Built CONCURRENTLY, each on its own'
+schema_as_the_app() {
+	echo '\timing on'
+	echo 'BEGIN;'
+	sed -n "1,/$marker/p" "$repo/sql/schema.sql"
+	echo 'COMMIT;'
+	sed "1,/$marker/d" "$repo/sql/schema.sql"
+}
 w=dbcost_wal_$suffix f=dbcost_fc_$suffix s=dbcost_schema_$suffix
 cleanup() { for d in "$w" "$f" "$s"; do psql "$admin" -qc "DROP DATABASE IF EXISTS $d WITH (FORCE)" >/dev/null 2>&1 || true; done; }
 trap cleanup EXIT
@@ -42,8 +57,8 @@ timings() { awk '/^Time: / {printf "%s ", $2} END {print ""}'; }
 	for i in $(seq 1 "$rounds"); do
 		a=$({ echo '\timing on'; echo "CREATE DATABASE $w;"; echo "DROP DATABASE $w;"; echo "CREATE DATABASE $f STRATEGY FILE_COPY;"; echo "DROP DATABASE $f;"; } | psql "$admin" -q -v ON_ERROR_STOP=1 | timings)
 		psql "$admin" -qc "CREATE DATABASE $s" >/dev/null
-		b=$({ echo '\timing on'; echo 'BEGIN;'; cat "$repo/sql/schema.sql"; echo 'COMMIT;'; } | PGOPTIONS='-c client_min_messages=warning' psql "$surl" -q -v ON_ERROR_STOP=1 | awk '/^Time: / {t += $2} END {printf "%.1f", t}')
-		c=$({ echo '\timing on'; echo 'BEGIN;'; cat "$repo/sql/schema.sql"; echo 'COMMIT;'; } | PGOPTIONS='-c client_min_messages=warning' psql "$surl" -q -v ON_ERROR_STOP=1 | awk '/^Time: / {t += $2} END {printf "%.1f", t}')
+		b=$(schema_as_the_app | PGOPTIONS='-c client_min_messages=warning' psql "$surl" -q -v ON_ERROR_STOP=1 | awk '/^Time: / {t += $2} END {printf "%.1f", t}')
+		c=$(schema_as_the_app | PGOPTIONS='-c client_min_messages=warning' psql "$surl" -q -v ON_ERROR_STOP=1 | awk '/^Time: / {t += $2} END {printf "%.1f", t}')
 		psql "$admin" -qc "DROP DATABASE $s" >/dev/null
 		echo "$i ${a}$b $c"
 	done | medians

@@ -183,7 +183,7 @@ if want flood; then
 	# app's start would build it in its migration if it were missing):
 	# how long that takes on ten million rows.
 	psql "$ldburl" -qc 'DROP INDEX IF EXISTS links_created_at_brin' >/dev/null
-	brin=$(psql "$ldburl" -Atc '\timing on' -c "$(grep -E '^CREATE INDEX IF NOT EXISTS links_created_at_brin' sql/schema.sql)" | sed -n 's/^Time: //p')
+	brin=$(psql "$ldburl" -Atc '\timing on' -c "$(grep -E '^CREATE INDEX (CONCURRENTLY )?IF NOT EXISTS links_created_at_brin' sql/schema.sql)" | sed -n 's/^Time: //p')
 	brin_size=$(psql "$ldburl" -Atc "SELECT pg_size_pretty(pg_relation_size('links_created_at_brin'))")
 	dir="$tmp/flood"
 	mkdir -p "$dir"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# unfix.sh: each of step 27's fixes (and step 29's, 30's, 31's, 33's, 34's, 35's, 36's, 41's, 42's and 43's) undone, one at a
+# unfix.sh: each of step 27's fixes (and step 29's, 30's, 31's, 33's, 34's, 35's, 36's, 41's, 42's, 43's and 45's) undone, one at a
 # time, and the test written for it run against the result: a test that
 # passes with its fix undone proves nothing. For each: a copy of the
 # committed tree (git worktree, detached at HEAD), one substitution that
@@ -91,10 +91,12 @@ alertbreaker|deploy/alerts.yml|s/max\(shortener_redis_breaker_open\) > 0/sum(rat
 lookuppool|store_postgres.go|s/\tif s\.openSide != nil \{/\tif false && s.openSide != nil {/|TestLookupsDoNotWaitForWrites
 unheard|bloomfeed.go|s/(\t\t\tf\.counts\.ackUnheard\.Inc\(\)\n)/$1\t\t\tf.counts.ackTimeouts.Inc()\n\t\t\treturn\n/|TestFeedCreatorNotListeningWaitsForRenewals
 moved|live.go|s/if redis\.call\(\x27EXISTS\x27, KEYS\[2\]\) == 0 then return -1 end\n//|TestFeedCreatorWhoseClientMovesAnnouncesAgain
+plainindex|pgschema.go|s/conn\.ExecContext\(ctx, stmt\)/conn.ExecContext(ctx, strings.Replace(stmt, "CONCURRENTLY ", "", 1))/|TestNewIndexLetsWritesPass
+invalidindex|pgschema.go|s/case !valid:/case false:/|TestInvalidIndexIsBuiltAgain
 nodrops|invalidate.go|s/for _, d := range s\.drop \{\n\t\t\td\(msg\.Payload\)\n\t\t\}/_ = s.drop/|TestHistoryUnderFaults
 '
 {
-	echo "# step 27's, 29's, 30's, 31's, 33's, 34's, 35's, 36's, 41's, 42's and 43's fixes undone one at a time, each with the test written for it"
+	echo "# step 27's, 29's, 30's, 31's, 33's, 34's, 35's, 36's, 41's, 42's, 43's and 45's fixes undone one at a time, each with the test written for it"
 	echo "# made by:   benchmarks/unfix.sh $*; commit $(git -C "$repo" rev-parse --short=12 HEAD), date $(date -u '+%Y-%m-%dT%H:%M:%SZ')"
 	echo "# machine:   $(machine_line)"
 	echo "# software:  $(go version | cut -d' ' -f3-)"

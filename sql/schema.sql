@@ -1,5 +1,7 @@
 -- The shortener's schema. The app runs this file at start (it is embedded in
--- the binary), so every statement must be safe to run again.
+-- the binary), so every statement must be safe to run again. Since step 27
+-- it runs only when the file has changed (schema_version, below); since
+-- step 45 the indexes at its end are built CONCURRENTLY, after the rest.
 --
 -- Step 02: the table, with no index on code.
 CREATE TABLE IF NOT EXISTS links (
@@ -31,14 +33,13 @@ CREATE TABLE IF NOT EXISTS click_events (
     code text        NOT NULL,
     at   timestamptz NOT NULL DEFAULT now()
 );
-CREATE INDEX IF NOT EXISTS click_events_code ON click_events (code);
+-- Its index on code: at the end of this file.
 
 -- Step 15: a BRIN index on created_at, for the Bloom filter's resync, which
 -- reads the codes created since its feed of creates went down. Rows are
 -- appended in created_at order, so a summary (least and greatest) of each
 -- range of pages finds the recent ones, at a few kilobytes where a B-tree
--- would take as much as the table's codes.
-CREATE INDEX IF NOT EXISTS links_created_at_brin ON links USING brin (created_at);
+-- would take as much as the table's codes. At the end of this file.
 -- Step 16: links that change. A link may expire at a time or after a number
 -- of clicks, answers with the redirect status it was made with, and can be
 -- edited or deleted by whoever holds its token (only its SHA-256 is kept).
@@ -174,3 +175,16 @@ $$;
 CREATE OR REPLACE TRIGGER links_announce
     AFTER INSERT ON links REFERENCING NEW TABLE AS added
     FOR EACH STATEMENT EXECUTE FUNCTION links_announce();
+
+-- Step 45: indexes. A plain CREATE INDEX takes a SHARE lock on its table,
+-- and every insert, edit and delete waits behind it for as long as the
+-- index builds; on a table that already holds millions of rows that is
+-- seconds of failed creates on every instance. Each statement below runs
+-- on its own, outside a transaction, after the statements above have
+-- committed, and builds its index CONCURRENTLY: writes go on beside it.
+-- An index a cut-short build left INVALID is dropped and built again
+-- (pgschema.go, buildIndex). Only CREATE [UNIQUE] INDEX CONCURRENTLY IF
+-- NOT EXISTS below the next line: the app refuses anything else there.
+-- Built CONCURRENTLY, each on its own, after the statements above have committed.
+CREATE INDEX CONCURRENTLY IF NOT EXISTS click_events_code ON click_events (code);
+CREATE INDEX CONCURRENTLY IF NOT EXISTS links_created_at_brin ON links USING brin (created_at);
