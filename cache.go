@@ -70,6 +70,9 @@ type cachedStore struct {
 	recent      map[string]time.Time
 	recentUntil time.Time
 	nrecent     atomic.Int64
+	// heard are the codes the subscriber heard of lately, read from the
+	// primary meanwhile (heard.go, step 46).
+	heard heardSet
 	// noLookups is cacheOptions's (REDIS_LOOKUPS=false, step 37).
 	noLookups bool
 }
@@ -114,6 +117,7 @@ func newCachedStore(store Store, rdb *guardedRedis, o cacheOptions, log *slog.Lo
 		noLookups: o.noLookups,
 		pending:   make(map[string]uint64),
 		recent:    make(map[string]time.Time),
+		heard:     heardSet{warns: &sampledLog{log: log, every: 10 * time.Second}},
 	}
 }
 
@@ -128,7 +132,7 @@ func newCachedStore(store Store, rdb *guardedRedis, o cacheOptions, log *slog.Lo
 // is overwritten with the store's answer. Unknown codes are not cached
 // (see docs/05 on negative caching); deleted ones are, as a tombstone.
 func (c *cachedStore) Lookup(ctx context.Context, code string) (Target, error) {
-	if c.isPending(code) || c.isRecent(code) {
+	if c.isPending(code) || c.isRecent(code) || c.heard.has(code) {
 		// Redis was not told of this code's last change: what it holds
 		// may be the link as it was (step 27's history checker saw this
 		// instance serve it for seconds after its own edit). Or it was
@@ -136,7 +140,9 @@ func (c *cachedStore) Lookup(ctx context.Context, code string) (Target, error) {
 		// checker on three hosts, under a Sentinel failover, saw this
 		// instance serve an edited link as it was, up to a second after
 		// the edit's 200 (reasoned: read from a Redis that no longer had
-		// the change, before the subscriber told it again).
+		// the change, before the subscriber told it again). Or another
+		// instance changed it lately, and a standby may not have it yet
+		// (step 46).
 		c.counts.skipped.Inc()
 		return primaryOf(c.Store).Lookup(ctx, code)
 	}

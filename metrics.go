@@ -126,7 +126,7 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 	m.limited = f(prometheus.NewCounter(prometheus.CounterOpts(opts("creates_rate_limited_total",
 		"Creates refused with 429 because the client used up CREATE_RATE.")))).(prometheus.Counter)
 	m.cache = f(prometheus.NewCounterVec(prometheus.CounterOpts(opts("cache_lookups_total",
-		"Cache lookups, by cache (local, redis) and result (hit, miss, error, skipped: breaker open, or a code whose change Redis was not told yet, "+
+		"Cache lookups, by cache (local, redis) and result (hit, miss, error, skipped: breaker open, or a code read from the primary: its change not told to Redis yet, or made or heard of here in the last 30 s, "+
 			"refused: a Redis value not sealed with this deployment's key, past its time, too long or not a link, read as a miss and overwritten).")),
 		[]string{"cache", "result"})).(*prometheus.CounterVec)
 	m.batch = f(prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: metricsNamespace,

@@ -368,3 +368,66 @@ func TestReplicaReadsStalled(t *testing.T) {
 		t.Errorf("replica reads failed = %v, want 3", got)
 	}
 }
+
+// TestHeardChangeIsReadFromThePrimary: an instance that reads from a
+// standby hears, through Redis, of an edit made on another instance, and
+// serves the edit, though its standby still has the link as it was (a
+// second database stands in for a standby that has not yet begun to
+// stream from a new primary). Until step 46 it dropped the code from its
+// local cache and read it again from that standby: the old link, kept
+// for LOCAL_CACHE_TTL. CI's history checker on three hosts saw this
+// after the primary's host was removed (docs/46).
+func TestHeardChangeIsReadFromThePrimary(t *testing.T) {
+	opts, prefix := testRedis(t)
+	behindDSN := testDatabase(t)
+	openTestStoreOn(t, behindDSN) // the schema, and nothing the primary gets
+	env := map[string]string{
+		"ADDR": "127.0.0.1:0", "DATABASE_URL": testDatabase(t),
+		"REDIS_URL": fmt.Sprintf("redis://%s/%d", opts.Addr, opts.DB), "REDIS_KEY_PREFIX": prefix,
+		"LOCAL_CACHE_TTL": "1h", "CREATE_RATE": "0",
+	}
+	editor, _, editorLogs := startRun(t, env)
+	env["DATABASE_REPLICA_URL"] = behindDSN
+	reader, _, readerLogs := startRun(t, env)
+	for _, l := range []*syncBuffer{editorLogs, readerLogs} {
+		m := metricsBase(t, l)
+		waitUntil(t, "each instance to subscribe", func() bool { return seriesValue(t, m, "shortener_invalidation_purges_total") >= 1 })
+	}
+	// The reader's counts.
+	m := metricsBase(t, readerLogs)
+	received := func() float64 { return seriesValue(t, m, `shortener_invalidations_total{result="received"}`) }
+	purges := func() float64 { return seriesValue(t, m, "shortener_invalidation_purges_total") }
+	code, token := createVia(t, editor, `{"url":"https://go.dev/v1"}`)
+	behind, err := sql.Open("postgres", behindDSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer behind.Close()
+	if _, err := behind.Exec(`INSERT INTO links (code, url) VALUES ($1, 'https://go.dev/v1')`, code); err != nil {
+		t.Fatal(err)
+	}
+	if status, loc := statusOf(t, reader, code); status != 302 || loc != "https://go.dev/v1" {
+		t.Fatalf("before the edit, the reader served %d %q; want 302 v1", status, loc)
+	}
+	// An edit the reader hears of. A busy machine can make go-redis
+	// subscribe again, and the reader then purges its cache instead of
+	// hearing the code (and cannot know it changed): edit again until it
+	// hears one, at most ten times.
+	for i := 2; ; i++ {
+		heard, purged := received(), purges()
+		want := fmt.Sprintf("https://go.dev/v%d", i)
+		if status := send(t, "PATCH", editor+"/api/links/"+code, fmt.Sprintf(`{"url":%q}`, want), token); status != 200 {
+			t.Fatalf("PATCH = %d, want 200", status)
+		}
+		waitUntil(t, "the reader to hear of the edit, or to subscribe again", func() bool { return received() > heard || purges() > purged })
+		if received() > heard {
+			if status, loc := statusOf(t, reader, code); status != 302 || loc != want {
+				t.Errorf("the reader served %d %q after hearing of the edit; want 302 %s (the primary's, not the standby's v1)", status, loc, want)
+			}
+			return
+		}
+		if i == 11 {
+			t.Fatal("the reader subscribed again at each of ten edits, and heard none")
+		}
+	}
+}

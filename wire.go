@@ -150,6 +150,11 @@ func buildLayers(ctx context.Context, cfg config, store Store, pg *pgStore, rdb 
 	// The flight hears of them too, with or without a local cache.
 	drops := []func(code string){func(string) { gen.bump() }}
 	purges := []func(){gen.bump}
+	if cache != nil {
+		// First: a lookup that starts once the code is dropped must find
+		// it marked, or it may read a standby that is behind (heard.go).
+		drops = append([]func(string){cache.noteHeard}, drops...)
+	}
 	if neg != nil {
 		drops = append(drops, neg.forget)
 	}

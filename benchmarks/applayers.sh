@@ -46,6 +46,7 @@ git show "$helpers:testdb_test.go" >"$tmp/src/testdb_test.go"
 (cd "$tmp/src" && go test -c -o "$tmp/then.test" .)
 go test -c -o "$tmp/now.test" .
 for i in $(seq 1 "$rounds"); do
+	progress "round $i of $rounds"
 	for w in then now; do
 		# Both run from the repository's root; -test.run '^$' runs no
 		# test, only the benchmark.

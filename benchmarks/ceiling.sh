@@ -164,6 +164,7 @@ if want gens; then
 	start_bare plain
 	mkdir -p "$tmp/g"
 	for i in $(seq 1 "$rounds"); do
+		progress "generators, round $i of $rounds"
 		if [ $((i % 2)) = 1 ]; then order="hey vegeta wrk"; else order="wrk vegeta hey"; fi
 		row="$i"
 		for g in $order; do warmup "$g" "$bare_url" "$tmp/g/w"; echo "$g $(measure "$g" "$bare_url" "$bare_pid" "$tmp/g/$i-$g")" >"$tmp/g/$i-$g.sum"; done

@@ -143,6 +143,7 @@ if want warm; then
 	[ "$(curl -s -o /dev/null -w '%{http_code}' "$w_url/$hot")" = 302 ] || { echo "changes.sh: no redirect for $hot" >&2; exit 1; }
 	wrk -t2 -c"$conc" -d2s "$w_url/$hot" >/dev/null; wrk -t2 -c"$conc" -d1s "$w_url/healthz" >/dev/null
 	for i in $(seq 1 "$rounds"); do
+		progress "round $i of $rounds"
 		if [ $((i % 2)) = 1 ]; then order="h r"; else order="r h"; fi
 		for k in $order; do
 			u="$w_url/healthz"; [ "$k" = r ] && u="$w_url/$hot"

@@ -231,6 +231,7 @@ for side in a b; do
 done
 
 for i in $(seq 1 "$rounds"); do
+	progress "round $i of $rounds"
 	if [ $((i % 2)) = 1 ]; then order="a:healthz a:zipf b:healthz b:zipf"; else order="b:zipf b:healthz a:zipf a:healthz"; fi
 	for job in $order; do
 		side=${job%%:*} what=${job#*:}

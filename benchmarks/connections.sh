@@ -194,6 +194,7 @@ measure() {
 
 mkdir -p "$tmp/m"
 for i in $(seq 1 "$rounds"); do
+	progress "round $i of $rounds"
 	list=$names
 	[ $((i % 2)) = 1 ] || list=$(echo "$names" | tac)
 	for v in $list; do

@@ -155,6 +155,7 @@ if want speed; then
 	for k in h s17 seq rnd wh ws17 wseq; do run "$k" "$dir/warm-$k"; done
 	keys="h s17 seq rnd wh ws17 wseq"
 	for i in $(seq 1 "$rounds"); do
+		progress "round $i of $rounds"
 		for k in $keys; do run "$k" "$dir/$i-$k"; done
 		keys="${keys#* } ${keys%% *}"
 	done

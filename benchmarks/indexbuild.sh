@@ -96,6 +96,7 @@ body() {
 	echo "# rounds: round way build_s inserts_per_s_during inserts_per_s_outside inserts max_ms over_500ms"
 	local i
 	for i in $(seq 1 "$rounds"); do
+		progress "round $i of $rounds"
 		if [ $((i % 2)) -eq 1 ]; then run plain "$i"; run concurrently "$i"; else run concurrently "$i"; run plain "$i"; fi
 	done
 }

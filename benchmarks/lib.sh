@@ -258,3 +258,9 @@ ticks_pids() {
 machine_line() {
 	echo "$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1), $(nproc) cores, $(awk '/^MemTotal/ {printf "%.1f GiB", $2 / 1048576}' /proc/meminfo), $(uname -sr)"
 }
+# progress MESSAGE: one line on the standard error, "script: MESSAGE
+# (HH:MM:SS UTC)", so that a sitting of minutes shows where it is (issue
+# 23, step 46). The standard error: never in an output file.
+progress() {
+	printf '%s: %s (%s UTC)\n' "${0##*/}" "$*" "$(date -u +%H:%M:%S)" >&2
+}

@@ -339,6 +339,7 @@ zipf_part() { # zipf_part NAME S SEEDBASE
 	dur=1; wrk_run "$dir/warm-h" "$app_url/healthz"; dur=$d
 	rm -f "$dir/warm.stream"
 	for i in $(seq 1 "$rounds"); do
+		progress "part $name, round $i of $rounds"
 		stream "$dir/$i.stream" $((base + i)) "$dur" "$s"
 		if [ $((i % 2)) = 1 ]; then order="h r"; else order="r h"; fi
 		for k in $order; do
@@ -409,6 +410,7 @@ if want cold; then
 	mkdir -p "$dir"
 	redis-cli -p "$redis_port" config set maxmemory 0 >/dev/null
 	for i in $(seq 1 "$rounds"); do
+		progress "cold start, round $i of $rounds"
 		truncate_clicks
 		redis-cli -p "$redis_port" flushall >/dev/null
 		stream "$dir/$i.stream" $((3000 + i)) "$dur" 1.0

@@ -203,6 +203,7 @@ if want flood; then
 	wrk_run "$dir/warm-b" "$bloom_url" lua; wrk_run "$dir/warm-p" "$plain_url" lua; wrk_run "$dir/warm-h" "$bloom_url/healthz"
 	dur=$d
 	for i in $(seq 1 "$rounds"); do
+		progress "round $i of $rounds"
 		case $((i % 4)) in 1) order="h b p s" ;; 2) order="b p s h" ;; 3) order="p s h b" ;; 0) order="s h b p" ;; esac
 		for k in $order; do
 			local_pid=$bloom_pid local_murl=$bloom_murl

@@ -191,6 +191,7 @@ what_a=$ep what_b=$ep
 la=$label_a lb=$label_b
 
 for i in $(seq 1 "$rounds"); do
+	progress "round $i of $rounds"
 	if [ $((i % 2)) = 1 ]; then order="a:healthz a:$what_a b:healthz b:$what_b"; else order="b:$what_b b:healthz a:$what_a a:healthz"; fi
 	for job in $order; do
 		side=${job%%:*} what=${job#*:}

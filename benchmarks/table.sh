@@ -84,6 +84,7 @@ while read -r hash subject <&3; do
 	nn=$(echo "$subject" | sed -n 's/^Step \([0-9][0-9]\)[:,].*/\1/p')
 	case $nn in '' | 00) continue ;; esac
 	title=$(echo "$subject" | sed 's/^Step [0-9][0-9][^:]*: //')
+	progress "step $nn"
 	tree="$tmp/step-$nn"
 	step_tree "$hash" "$tree" "$tmp/shortener-$nn"
 	redisurl=''

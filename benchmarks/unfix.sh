@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# unfix.sh: each of step 27's fixes (and step 29's, 30's, 31's, 33's, 34's, 35's, 36's, 41's, 42's, 43's and 45's) undone, one at a
+# unfix.sh: each of step 27's fixes (and step 29's, 30's, 31's, 33's, 34's, 35's, 36's, 41's, 42's, 43's, 45's and 46's) undone, one at a
 # time, and the test written for it run against the result: a test that
 # passes with its fix undone proves nothing. For each: a copy of the
 # committed tree (git worktree, detached at HEAD), one substitution that
@@ -52,7 +52,7 @@ retry|invalidate.go|s/case s\.retryNow <- struct\{\}\{\}:\n\t\tdefault: \/\/ one
 migrate|pgschema.go|s/have == want/have == "never"/g; s/SET LOCAL lock_timeout = %d/SET LOCAL application_name = %d/|TestRestartTakesNoLockOnLinks
 sentinelpw|redis.go|s/\n\t\tSentinelPassword: +sent\.password,//|TestRedisSentinelWithItsOwnPassword
 sweep0|config.go|s/if cfg\.bloomSweep == 0 && cfg\.bloom/if false \&\& cfg.bloom/|TestLoadConfigRefusalsNameTheirVariable
-pendingread|cache.go|s/\tif c\.isPending\(code\) \x7c\x7c c\.isRecent\(code\) \{/\tif c.isRecent(code) {/|TestChangeWhileRedisDown
+pendingread|cache.go|s/\tif c\.isPending\(code\) \x7c\x7c c\.isRecent\(code\) \x7c\x7c c\.heard/\tif c.isRecent(code) \x7c\x7c c.heard/|TestChangeWhileRedisDown
 replicadb|pgschema.go|s/pqErr\.Code == "3D000" \x7c\x7c //|TestReplicaWaitsForDatabase
 slowretry|invalidate.go|s/\tpatient := c\.rdb\.WithTimeout\(pendingTellTimeout\)\n//; s/stored, err := c\.setAll\(cctx, patient, tells\)/stored, err := make([]bool, len(tells)), cctx.Err()/; s/c\.tellPatiently\(ctx, patient, k\.code, k\.t\)/c.tell(ctx, k.code, k.t)/|TestRetryOutwaitsASlowRedis
 impatient|invalidate.go|s/c\.rdb\.WithTimeout\(pendingTellTimeout\)/c.rdb.Client/; s/(cctx, cancel := context\.WithTimeout\(ctx, )pendingTellTimeout/$1c.rdb.timeout/g|TestRetryOutwaitsASlowRedis
@@ -86,17 +86,18 @@ nowait|redis.go|s/\tif replicas == 0 \{\n\t\treturn write\(rdb\)/\tif true {\n\t
 nowaitretry|invalidate.go|s/if n := c\.rdb\.waitReplicas; n > 0 \{/if n := c.rdb.waitReplicas; false \&\& n > 0 {/|TestChangeCountsOnlyOnceAReplicaHasIt
 probekey|live.go|s/if redis\.call\(\x27DEL\x27, KEYS\[2\]\) == 0 then return -1 end//|TestRegistrationNeedsItsProbe
 noresend|recent.go|s/(func \(c \*cachedStore\) resendRecent\(ctx context\.Context\) \{\n)/$1\treturn\n/|TestResubscriptionTellsRecentChangesAgain
-ownrecent|cache.go|s/if c\.isPending\(code\) \x7c\x7c c\.isRecent\(code\) \{/if c.isPending(code) {/|TestOwnRecentChangeIsReadFromThePrimary
+ownrecent|cache.go|s/if c\.isPending\(code\) \x7c\x7c c\.isRecent\(code\) \x7c\x7c c\.heard/if c.isPending(code) \x7c\x7c c.heard/|TestOwnRecentChangeIsReadFromThePrimary
 alertbreaker|deploy/alerts.yml|s/max\(shortener_redis_breaker_open\) > 0/sum(rate(shortener_cache_lookups_total{cache="redis",result="skipped"}[5m])) > 0/|TestAlertRules
 lookuppool|store_postgres.go|s/\tif s\.openSide != nil \{/\tif false && s.openSide != nil {/|TestLookupsDoNotWaitForWrites
 unheard|bloomfeed.go|s/(\t\t\tf\.counts\.ackUnheard\.Inc\(\)\n)/$1\t\t\tf.counts.ackTimeouts.Inc()\n\t\t\treturn\n/|TestFeedCreatorNotListeningWaitsForRenewals
 moved|live.go|s/if redis\.call\(\x27EXISTS\x27, KEYS\[2\]\) == 0 then return -1 end\n//|TestFeedCreatorWhoseClientMovesAnnouncesAgain
 plainindex|pgschema.go|s/conn\.ExecContext\(ctx, stmt\)/conn.ExecContext(ctx, strings.Replace(stmt, "CONCURRENTLY ", "", 1))/|TestNewIndexLetsWritesPass
 invalidindex|pgschema.go|s/case !valid:/case false:/|TestInvalidIndexIsBuiltAgain
+heard|cache.go|s/ \x7c\x7c c\.heard\.has\(code\)//|TestHeardChangeIsReadFromThePrimary
 nodrops|invalidate.go|s/for _, d := range s\.drop \{\n\t\t\td\(msg\.Payload\)\n\t\t\}/_ = s.drop/|TestHistoryUnderFaults
 '
 {
-	echo "# step 27's, 29's, 30's, 31's, 33's, 34's, 35's, 36's, 41's, 42's, 43's and 45's fixes undone one at a time, each with the test written for it"
+	echo "# step 27's, 29's, 30's, 31's, 33's, 34's, 35's, 36's, 41's, 42's, 43's, 45's and 46's fixes undone one at a time, each with the test written for it"
 	echo "# made by:   benchmarks/unfix.sh $*; commit $(git -C "$repo" rev-parse --short=12 HEAD), date $(date -u '+%Y-%m-%dT%H:%M:%SZ')"
 	echo "# machine:   $(machine_line)"
 	echo "# software:  $(go version | cut -d' ' -f3-)"
