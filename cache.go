@@ -59,17 +59,12 @@ type cachedStore struct {
 	pending  map[string]uint64
 	stamp    uint64
 	npending atomic.Int64
-	// recent are the codes changed here lately, with when (recentMu):
-	// told again after each resubscription (resendRecent, step 35), and
-	// read from the primary meanwhile (isRecent, step 36). recentUntil
-	// is when the last of them leaves the window (recentMu), and nrecent
-	// how many there are, so that the check is one atomic load while
-	// nothing was changed here lately. A lock of their own, read-locked
-	// by lookups: c.mu is the retries'.
-	recentMu    sync.RWMutex
-	recent      map[string]time.Time
-	recentUntil time.Time
-	nrecent     atomic.Int64
+	// recent are the codes changed here lately (recent.go): told again
+	// after each resubscription (resendRecent, step 35), and read from
+	// the primary meanwhile (isRecent, step 36). A lock of their own,
+	// read-locked by lookups, and one atomic load while nothing was
+	// changed here lately: c.mu is the retries'.
+	recent codeWindow
 	// heard are the codes the subscriber heard of lately, read from the
 	// primary meanwhile (heard.go, step 46).
 	heard heardSet
@@ -116,7 +111,6 @@ func newCachedStore(store Store, rdb *guardedRedis, o cacheOptions, log *slog.Lo
 		inval:     o.inval,
 		noLookups: o.noLookups,
 		pending:   make(map[string]uint64),
-		recent:    make(map[string]time.Time),
 		heard:     heardSet{warns: &sampledLog{log: log, every: 10 * time.Second}},
 	}
 }

@@ -549,19 +549,19 @@ func TestOwnRecentChangeIsReadFromThePrimary(t *testing.T) {
 		t.Errorf("a code not changed here: %s, want Redis's https://go.dev/stale", got)
 	}
 	// Past the window, Redis again (the change's time moved back).
-	c.recentMu.Lock()
-	c.recent["own0001"] = time.Now().Add(-recentWindow - time.Second)
-	c.recentMu.Unlock()
+	c.recent.mu.Lock()
+	c.recent.at["own0001"] = time.Now().Add(-recentWindow - time.Second)
+	c.recent.mu.Unlock()
 	if got := lookup("own0001"); got != "https://go.dev/v1" {
 		t.Errorf("past recentWindow: %s, want Redis's https://go.dev/v1", got)
 	}
 	// Once the window has passed for every code, they are forgotten, and
 	// the check is one atomic load again.
-	c.recentMu.Lock()
-	c.recentUntil = time.Now().Add(-time.Second)
-	c.recentMu.Unlock()
-	if c.isRecent("own0001") || c.nrecent.Load() != 0 {
-		t.Errorf("past every code's window: recent %v, nrecent %d; want forgotten", c.recent, c.nrecent.Load())
+	c.recent.mu.Lock()
+	c.recent.until = time.Now().Add(-time.Second)
+	c.recent.mu.Unlock()
+	if c.isRecent("own0001") || c.recent.n.Load() != 0 {
+		t.Errorf("past every code's window: recent %v, %d of them; want forgotten", c.recent.at, c.recent.n.Load())
 	}
 }
 
@@ -572,8 +572,8 @@ func TestOwnRecentChangeIsReadFromThePrimary(t *testing.T) {
 // docs/36 runs it in rounds, each sub-benchmark once a round.
 func BenchmarkIsRecent(b *testing.B) {
 	ctx := context.Background()
-	quiet := &cachedStore{recent: map[string]time.Time{}}
-	busy := &cachedStore{recent: map[string]time.Time{}}
+	quiet := &cachedStore{}
+	busy := &cachedStore{}
 	busy.noteChanged(ctx, "chg0001")
 	for _, c := range []struct {
 		name string

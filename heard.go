@@ -3,9 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"sync"
-	"sync/atomic"
-	"time"
 )
 
 // The codes another instance changed lately, as this one heard of them
@@ -32,11 +29,8 @@ import (
 // are kept, and one heard while that many are is not (logged), which
 // leaves it to the standby, as before this step.
 type heardSet struct {
-	mu    sync.RWMutex
-	at    map[string]time.Time // when each code was heard; mu
-	until time.Time            // when the last of them leaves the window; mu
-	n     atomic.Int64         // len(at): the check is one atomic load while nothing was heard lately
-	warns *sampledLog          // a code not kept: the set was full
+	codeWindow             // recent.go
+	warns      *sampledLog // a code not kept: the set was full
 }
 
 // note keeps code as heard now.
@@ -46,55 +40,6 @@ func (h *heardSet) note(code string) {
 		h.warns.warn(context.Background(), "cache: too many codes heard of lately to read them from the primary; this one may be read from a standby",
 			fmt.Errorf("cache: %d codes heard in %v", full, recentWindow))
 	}
-}
-
-// add keeps code as heard now; if the set is full (of codes heard within
-// recentWindow), it does not, and returns how many it holds.
-func (h *heardSet) add(code string) (full int) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	now := time.Now()
-	if h.at == nil {
-		h.at = make(map[string]time.Time)
-	}
-	if _, ok := h.at[code]; !ok && len(h.at) >= maxRecent {
-		for k, at := range h.at {
-			if now.Sub(at) > recentWindow {
-				delete(h.at, k)
-			}
-		}
-		h.n.Store(int64(len(h.at)))
-		if len(h.at) >= maxRecent {
-			return len(h.at)
-		}
-	}
-	h.at[code] = now
-	h.until = now.Add(recentWindow)
-	h.n.Store(int64(len(h.at)))
-	return 0
-}
-
-// has says whether code was heard of within recentWindow. Once the
-// window has passed for every code, they are forgotten.
-func (h *heardSet) has(code string) bool {
-	if h.n.Load() == 0 {
-		return false
-	}
-	now := time.Now()
-	h.mu.RLock()
-	at, ok := h.at[code]
-	over := now.After(h.until)
-	h.mu.RUnlock()
-	if over {
-		h.mu.Lock()
-		if now.After(h.until) {
-			clear(h.at)
-			h.n.Store(0)
-		}
-		h.mu.Unlock()
-		return false
-	}
-	return ok && now.Sub(at) <= recentWindow
 }
 
 // noteHeard is the subscriber's drop for the Redis layer: code was

@@ -191,11 +191,11 @@ func (s staticStore) Lookup(context.Context, string) (Target, error) { return s.
 // forgetRecent ends the window of c's recent changes (recentWindow) at
 // once, as if it had passed: the window has no clock a test can move.
 func forgetRecent(c *cachedStore) {
-	c.recentMu.Lock()
-	defer c.recentMu.Unlock()
-	clear(c.recent)
-	c.recentUntil = time.Time{}
-	c.nrecent.Store(0)
+	c.recent.mu.Lock()
+	defer c.recent.mu.Unlock()
+	clear(c.recent.at)
+	c.recent.until = time.Time{}
+	c.recent.n.Store(0)
 }
 
 // TestChangeWhileRedisDown: an edit while Redis cannot be reached still

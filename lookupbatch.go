@@ -36,6 +36,7 @@ type lookupBatch struct {
 	workers   int
 	timeout   time.Duration // a batch's deadline when a waiter has none: DB_TIMEOUT
 	sizes     observer      // codes per query (metrics.go)
+	fence     readFence     // on a replica: the fenced statements (replicafence.go)
 
 	// As in groupCommit: closed, under mu, refuses new lookups once close
 	// has begun; a lookup holds mu's read lock while it queues.
@@ -218,9 +219,9 @@ func (b *lookupBatch) answer(batch []*pendingLookup) {
 func (b *lookupBatch) queryOne(ctx context.Context, code string) (Target, error) {
 	var row *sql.Row
 	if b.one != nil {
-		row = b.one.QueryRowContext(ctx, code)
+		row = b.one.QueryRowContext(ctx, b.fence.args(code)...)
 	} else {
-		row = b.db.QueryRowContext(ctx, lookupSQL, code)
+		row = b.db.QueryRowContext(ctx, b.fence.sql(lookupSQL, lookupFencedSQL), b.fence.args(code)...)
 	}
 	var t Target
 	var expires sql.NullTime
@@ -247,9 +248,9 @@ func (b *lookupBatch) queryMany(ctx context.Context, batch []*pendingLookup) (ma
 	var rows *sql.Rows
 	var err error
 	if b.many != nil {
-		rows, err = b.many.QueryContext(ctx, pq.Array(codes))
+		rows, err = b.many.QueryContext(ctx, b.fence.args(pq.Array(codes))...)
 	} else {
-		rows, err = b.db.QueryContext(ctx, lookupBatchSQL, pq.Array(codes))
+		rows, err = b.db.QueryContext(ctx, b.fence.sql(lookupBatchSQL, lookupBatchFencedSQL), b.fence.args(pq.Array(codes))...)
 	}
 	if err != nil {
 		return nil, err

@@ -318,18 +318,45 @@ func openStore(ctx context.Context, cfg config, m *metrics, log *slog.Logger) (S
 			pg.Close() //nolint:errcheck // the replica's error is the one worth returning
 			return nil, nil, fmt.Errorf("replica: %w", err)
 		}
+		// Each read carries the fence's bound (step 47), the batches' too.
+		// The primary is asked on a connection of the fence's own: one
+		// waiting behind creates or a Bloom filter's build would lift
+		// the bound.
+		fenceDB, err := pg.openSide(pg.replyTimeout, 1, 1)
+		if err != nil {
+			pg.Close()      //nolint:errcheck // the fence's error is the one worth returning
+			replica.Close() //nolint:errcheck // likewise
+			return nil, nil, fmt.Errorf("replica: the fence's connection to the primary: %w", err)
+		}
+		fence := newReplicaFence(fenceDB, replica.db, &sampledLog{log: log, every: replicaFailEvery})
+		replica.fence.bound = fence.bound
 		if cfg.lookupBatch > 1 {
 			if err := replica.startLookupBatch(ctx, cfg.lookupBatch, cfg.lookupWorkers, m.lookupBatchObserver()); err != nil {
 				pg.Close()      //nolint:errcheck // the replica's error is the one worth returning
 				replica.Close() //nolint:errcheck // likewise
+				fenceDB.Close() //nolint:errcheck // likewise
 				return nil, nil, fmt.Errorf("replica: %w", err)
 			}
 		}
 		m.watchReplica(replica.db)
-		log.Info("reads from a replica", "max_open_conns", pool.maxOpen, "client_check", pool.clientCheck, "lookup_batch", cfg.lookupBatch, "lookup_workers", cfg.lookupWorkers)
+		m.watchFence(fence)
+		// The first bound before the first read; then every
+		// replicaMaxLag/4 until the store is closed.
+		fence.check(ctx)
+		fctx, stopFence := context.WithCancel(context.WithoutCancel(ctx))
+		fenceDone := make(chan struct{})
+		go func() {
+			defer close(fenceDone)
+			fence.run(fctx)
+		}()
+		log.Info("reads from a replica", "max_open_conns", pool.maxOpen, "client_check", pool.clientCheck, "lookup_batch", cfg.lookupBatch, "lookup_workers", cfg.lookupWorkers, "max_lag", fence.maxLag)
 		return &replicaReads{Store: pg, replica: replica, counts: m.replicaResults(), timeout: cfg.pool.timeout,
 				failLog: &sampledLog{log: log, every: replicaFailEvery}},
-			func() error { return errors.Join(pg.Close(), replica.Close()) }, nil
+			func() error {
+				stopFence()
+				<-fenceDone
+				return errors.Join(pg.Close(), replica.Close(), fenceDB.Close())
+			}, nil
 	}
 	log.Info("store selected", "store", "postgres",
 		"max_open_conns", cfg.pool.maxOpen, "max_idle_conns", cfg.pool.maxIdle,

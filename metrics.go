@@ -140,7 +140,7 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 		Name: "db_lookup_batch_size", Help: "Codes asked for per lookup query, primary and replica (LOOKUP_BATCH; its count is the lookup queries).",
 		Buckets: createBatchBuckets})).(prometheus.Histogram)
 	m.replica = f(prometheus.NewCounterVec(prometheus.CounterOpts(opts("replica_reads_total",
-		"Reads sent to the replica (DATABASE_REPLICA_URL), by result: hit; missed (not found there, asked of the primary); failed (asked of the primary).")),
+		"Reads sent to the replica (DATABASE_REPLICA_URL), by result: hit; missed (not found there, or held back as behind (step 47), asked of the primary); failed (asked of the primary).")),
 		[]string{"result"})).(*prometheus.CounterVec)
 	// A query per code, primary and replica alike, whatever a cache in
 	// front answered: queries over distinct codes is what a cold start
@@ -436,6 +436,20 @@ func (m *metrics) watchReplica(db *sql.DB) {
 		return
 	}
 	m.reg.MustRegister(collectors.NewDBStatsCollector(db, "replica"))
+}
+
+// watchFence exports the replica fence's state (step 47): 0 while the
+// standby holds every change older than replicaMaxLag, 1 while it is
+// behind (its reads go to the primary), 2 while the primary has not said
+// within replicaMaxLag which transactions it has completed (reads carry
+// no bound).
+func (m *metrics) watchFence(f *replicaFence) {
+	if m == nil {
+		return
+	}
+	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: metricsNamespace, Name: "replica_fence",
+		Help: "The replica's lag check, as of its last round (every 250 ms): 0 the standby holds every change older than 1 s; 1 it is behind, and its rows go unanswered there and are read from the primary; 2 the primary gave no bound within 1 s, and the standby answers unchecked."},
+		func() float64 { return float64(f.behind.Load()) }))
 }
 
 func (m *metrics) lookupBatchObserver() observer {

@@ -95,7 +95,7 @@ func connectPostgres(ctx context.Context, dsn string, pool poolConfig, lookups d
 	db.SetMaxIdleConns(pool.maxIdle)
 	db.SetConnMaxIdleTime(pool.maxIdleTime)
 	db.SetConnMaxLifetime(pool.maxLifetime)
-	s := &pgStore{db: db, timeout: pool.timeout, lookups: lookups}
+	s := &pgStore{db: db, timeout: pool.timeout, lookups: lookups, fence: readFence{on: pool.readOnly}}
 	if !pool.readOnly {
 		// The side pools of a primary (a replica takes only lookups): no
 		// connection until a call needs one. openSide is kept for the

@@ -56,7 +56,7 @@ var onSchemaWait = func() {}
 // migrated, so there any error is an error at once.
 func (s *pgStore) prepareLookup(ctx context.Context, lookupOnly bool) (*sql.Stmt, error) {
 	for {
-		stmt, err := s.db.PrepareContext(ctx, lookupSQL)
+		stmt, err := s.db.PrepareContext(ctx, s.fence.sql(lookupSQL, lookupFencedSQL))
 		if err == nil || !lookupOnly || !replicaNotReady(err) || ctx.Err() != nil {
 			return stmt, err
 		}

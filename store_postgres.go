@@ -72,6 +72,18 @@ ON CONFLICT (code) DO UPDATE SET clicks = click_counts.clicks + EXCLUDED.clicks`
 	linkSQL = `SELECT ` + linkColumns + ` FROM links WHERE code = $1`
 )
 
+// A replica's reads (step 47, replicafence.go): the same statements, and
+// a row only if the snapshot it is read with holds every transaction the
+// primary had completed when the fence asked it, by the oldest of its
+// answers within replicaMaxLag ($2; "0" bounds nothing). A row held back is "not found"
+// on the replica, and asked of the primary.
+const (
+	replicaFenceCond     = ` AND pg_snapshot_xmin(pg_current_snapshot()) >= $2::xid8`
+	lookupFencedSQL      = lookupSQL + replicaFenceCond
+	lookupBatchFencedSQL = lookupBatchSQL + replicaFenceCond
+	linkFencedSQL        = linkSQL + replicaFenceCond
+)
+
 // pgStore keeps links in Postgres. database/sql's *sql.DB is not one
 // connection but a pool of them, safe for concurrent use.
 type pgStore struct {
@@ -111,6 +123,34 @@ type pgStore struct {
 	// is made, so that every cache and flight in front is seen through.
 	// Counting nothing until run hands it the metrics' counters.
 	lookups dbLookups
+	// fence, on a replica, has reads made with the fenced statements
+	// and its bound (replicafence.go); off on a primary.
+	fence readFence
+}
+
+// readFence picks a read's statement and arguments: on a primary the
+// plain ones; on a replica the fenced ones, with bound's answer as $2
+// (nil: "0", no bound).
+type readFence struct {
+	on    bool
+	bound func() string
+}
+
+func (f readFence) sql(plain, fenced string) string {
+	if f.on {
+		return fenced
+	}
+	return plain
+}
+
+func (f readFence) args(first any) []any {
+	if !f.on {
+		return []any{first}
+	}
+	if f.bound == nil {
+		return []any{first, "0"}
+	}
+	return []any{first, f.bound()}
 }
 
 // Save stores url under code, or returns ErrCodeTaken. The unique index on
@@ -192,9 +232,9 @@ func (s *pgStore) Lookup(ctx context.Context, code string) (Target, error) {
 	err := bounded(ctx, func() error {
 		var row *sql.Row
 		if s.lookup != nil {
-			row = s.lookup.QueryRowContext(ctx, code)
+			row = s.lookup.QueryRowContext(ctx, s.fence.args(code)...)
 		} else {
-			row = s.db.QueryRowContext(ctx, lookupSQL, code)
+			row = s.db.QueryRowContext(ctx, s.fence.sql(lookupSQL, lookupFencedSQL), s.fence.args(code)...)
 		}
 		var expires sql.NullTime
 		if err := row.Scan(&t.URL, &t.Status, &expires, &t.Limited, &t.Deleted, &t.Version); err != nil {
@@ -257,15 +297,16 @@ func (s *pgStore) startLookupBatch(ctx context.Context, maxBatch, workers int, s
 		defer cancel()
 		var err error
 		if db != s.db {
-			if one, err = db.PrepareContext(ctx, lookupSQL); err != nil {
+			if one, err = db.PrepareContext(ctx, s.fence.sql(lookupSQL, lookupFencedSQL)); err != nil {
 				return fmt.Errorf("store: prepare lookup on the lookups' pool: %w", err)
 			}
 		}
-		if many, err = db.PrepareContext(ctx, lookupBatchSQL); err != nil {
+		if many, err = db.PrepareContext(ctx, s.fence.sql(lookupBatchSQL, lookupBatchFencedSQL)); err != nil {
 			return fmt.Errorf("store: prepare batch lookup: %w", err)
 		}
 	}
 	s.batch = newLookupBatch(db, one, many, maxBatch, workers, s.timeout, sizes)
+	s.batch.fence = s.fence // set before: a replica's bound (main.go)
 	return nil
 }
 
@@ -310,7 +351,7 @@ func (s *pgStore) Link(ctx context.Context, code string) (Link, error) {
 	var l Link // written by the call; read only if it returned
 	err := bounded(ctx, func() error {
 		var err error
-		l, err = scanLink(s.db.QueryRowContext(ctx, linkSQL, code), code)
+		l, err = scanLink(s.db.QueryRowContext(ctx, s.fence.sql(linkSQL, linkFencedSQL), s.fence.args(code)...), code)
 		return err
 	})
 	if errors.Is(err, sql.ErrNoRows) {
