@@ -21,9 +21,12 @@ type config struct {
 	// used to refuse links that point back at the shortener.
 	baseHost string
 
-	databaseURL string     // DATABASE_URL: Postgres; empty means the memory store
-	replicaURL  string     // DATABASE_REPLICA_URL: a streaming replica to read from; empty means none
-	pool        poolConfig // DB_MAX_OPEN_CONNS, DB_MAX_IDLE_CONNS, DB_CONN_MAX_IDLE_TIME, DB_CONN_MAX_LIFETIME, DB_PREPARE
+	databaseURL string // DATABASE_URL: Postgres; empty means the memory store
+	replicaURL  string // DATABASE_REPLICA_URL: a streaming replica to read from; empty means none
+	// replicaMaxLag is REPLICA_MAX_LAG: the most a read from the replica
+	// may miss of what the primary had acknowledged (replicafence.go).
+	replicaMaxLag time.Duration
+	pool          poolConfig // DB_MAX_OPEN_CONNS, DB_MAX_IDLE_CONNS, DB_CONN_MAX_IDLE_TIME, DB_CONN_MAX_LIFETIME, DB_PREPARE
 
 	// trustedProxies is TRUSTED_PROXIES: the peers whose X-Forwarded-For
 	// header names the client. Empty: nobody's.
@@ -229,6 +232,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 	if cfg.replicaURL != "" && cfg.databaseURL == "" {
 		env.fail("DATABASE_REPLICA_URL", "(not shown)", "a replica needs its primary: set DATABASE_URL too")
 	}
+	cfg.replicaMaxLag = env.durationIn("REPLICA_MAX_LAG", cfg.replicaMaxLag, minReplicaMaxLag, maxReplicaMaxLag)
 	// 0 open connections means no limit, and 0 idle ones none kept
 	// (database/sql's meanings).
 	cfg.pool.maxOpen = env.intIn("DB_MAX_OPEN_CONNS", cfg.pool.maxOpen, 0, maxDBConns)

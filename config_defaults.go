@@ -103,6 +103,15 @@ const (
 	maxLocalCacheTTL     = 24 * time.Hour
 )
 
+// The range of REPLICA_MAX_LAG (the default is replicaMaxLag, 1 s): the
+// fence asks the primary every quarter of it, so at 100 ms it asks 40
+// times a second; past an hour a read could miss an hour of
+// changes, which no cache here keeps a link for.
+const (
+	minReplicaMaxLag = 100 * time.Millisecond
+	maxReplicaMaxLag = time.Hour
+)
+
 // defaultRedisPrefix namespaces every key the service writes, so that two
 // deployments sharing one Redis (or a Redis shared with other programs) do
 // not read each other's links and counters.
@@ -202,6 +211,7 @@ func defaultConfig() config {
 			timeout:     defaultDBTimeout,
 			clientCheck: defaultDBClientCheck,
 		},
+		replicaMaxLag:   replicaMaxLag,
 		cacheTTL:        defaultCacheTTL,
 		redisLookups:    false,
 		redisTimeout:    defaultRedisTimeout,

@@ -5,11 +5,13 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -155,7 +157,7 @@ func TestStandbyBehindIsReadFromThePrimary(t *testing.T) {
 	batched := openReplicaOn(t, standbyDSN)
 
 	clock := time.Now()
-	fence := newReplicaFence(primary.db, plain.db, nil)
+	fence := newReplicaFence(primary.db, plain.db, replicaMaxLag, nil)
 	fence.now = func() time.Time { return clock }
 	plain.fence.bound, batched.fence.bound = fence.bound, fence.bound
 	if err := batched.startLookupBatch(ctx, 8, 2, noObserve{}); err != nil {
@@ -241,6 +243,13 @@ func TestStandbyBehindIsReadFromThePrimary(t *testing.T) {
 	// from before it: the standby may still answer (steps 36 and 46 send
 	// the codes an instance changed or heard of to the primary then).
 	read("paused, the bound from before the edit", "https://go.dev/before", true)
+	// A purge raises the fence (step 48): until the primary's next
+	// answer no standby holds the bound, and after it the standby must
+	// hold that answer's, which the paused one does not.
+	fence.raise()
+	read("paused, raised, no answer since", "https://go.dev/after", false)
+	fence.check(ctx)
+	read("paused, raised, answered since", "https://go.dev/after", false)
 	// Past it, the oldest answer within the window is from after the edit.
 	clock = clock.Add(2 * fence.maxLag)
 	fence.check(ctx)
@@ -270,4 +279,237 @@ func TestStandbyBehindIsReadFromThePrimary(t *testing.T) {
 		return fence.behind.Load() == fenceHeld
 	})
 	read("resumed", "https://go.dev/after", true)
+}
+
+// TestFenceRaise: the bound after a raise, on the fence's own clock. No
+// Postgres: the bound is arithmetic on the primary's answers, added here
+// as sample would add them (the standby test above checks what a real
+// standby makes of it).
+func TestFenceRaise(t *testing.T) {
+	t0 := time.Unix(1_000_000, 0)
+	clock := t0
+	at := func(d time.Duration) { clock = t0.Add(d) }
+	f := newReplicaFence(nil, nil, time.Second, nil)
+	f.now = func() time.Time { return clock }
+	want := func(when, bound string) {
+		t.Helper()
+		if got := f.bound(); got != bound {
+			t.Errorf("%s: bound %s, want %s", when, got, bound)
+		}
+	}
+	answer := func(xmax uint64) { f.add(fenceSample{at: clock, raises: f.raises, xmax: xmax}) }
+	answer(100)
+	at(300 * time.Millisecond)
+	answer(110)
+	want("two answers", "100")
+
+	// The raise at the same time as an answer asked before it (a
+	// clock's tick can hold both): that answer does not count.
+	at(400 * time.Millisecond)
+	answer(115)
+	f.raise()
+	select {
+	case <-f.wake:
+	default:
+		t.Error("raise did not ask run for an answer now")
+	}
+	f.raise() // a second raise while one is asked for must not block
+	f.raise()
+	want("raised, no answer since", fenceAll)
+	at(450 * time.Millisecond)
+	answer(120)
+	want("raised, an answer since", "120")
+	// The window's oldest answer (110) is from before the raise: the
+	// answer after it still decides.
+	at(1200 * time.Millisecond)
+	want("the window's oldest from before the raise", "120")
+	// Past maxLag after the raise, the window starts after it: its
+	// oldest answer decides, as without a raise.
+	at(1401 * time.Millisecond)
+	want("the window past the raise", "120")
+	at(1500 * time.Millisecond)
+	answer(130)
+	want("the window past the raise, a newer answer", "130")
+
+	// A raise, and no answer from the primary within maxLag (a failover):
+	// every read is the primary's until then, and after it no bound, as
+	// without the raise.
+	at(2000 * time.Millisecond)
+	f.raise()
+	want("raised again, no answer since", fenceAll)
+	at(3000 * time.Millisecond)
+	want("raised again, maxLag and no answer since", fenceAll)
+	at(3001 * time.Millisecond)
+	want("raised again, past maxLag and no answer since", "0")
+}
+
+// TestUnheardChangeAfterAPurgeIsReadFromThePrimary: an instance that
+// reads from a standby misses a change (made on the primary and never
+// published, as one published while it was not subscribed would be),
+// and its subscription breaks and is made again, which purges its local
+// cache. The next lookup must not read the link from the standby as it
+// was: step 47 left a standby that lags by less than REPLICA_MAX_LAG
+// free to answer it then, and the local cache kept that answer for
+// LOCAL_CACHE_TTL (docs/47). Here REPLICA_MAX_LAG is an hour, so that
+// without step 48's raise the bound stays the one from before the change
+// however slow the machine; Redis is out of lookups, so that the
+// standby's answer is the one the lookup gets.
+func TestUnheardChangeAfterAPurgeIsReadFromThePrimary(t *testing.T) {
+	primaryAdmin, standbyAdmin := startTestStandby(t)
+	admin, err := sql.Open("postgres", primaryAdmin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := admin.Close(); err != nil {
+			t.Errorf("close admin: %v", err)
+		}
+	})
+	if _, err := admin.Exec(`CREATE DATABASE unheard`); err != nil {
+		t.Fatal(err)
+	}
+	primaryDSN, standbyDSN := onDatabase(primaryAdmin, "unheard"), onDatabase(standbyAdmin, "unheard")
+	opts, prefix := testRedis(t)
+	proxy := startProxy(t, opts.Addr)
+	base, _, logs := startRun(t, map[string]string{
+		"ADDR": "127.0.0.1:0", "DATABASE_URL": primaryDSN, "DATABASE_REPLICA_URL": standbyDSN,
+		"REDIS_URL": fmt.Sprintf("redis://%s/%d", proxy.addr(), opts.DB), "REDIS_KEY_PREFIX": prefix,
+		"REDIS_LOOKUPS": "false", "LOCAL_CACHE_TTL": "1h", "REPLICA_MAX_LAG": "1h", "CREATE_RATE": "0",
+	})
+	m := metricsBase(t, logs)
+	purges := func() float64 { return seriesValue(t, m, "shortener_invalidation_purges_total") }
+	waitUntil(t, "the instance to subscribe", func() bool { return purges() >= 1 })
+
+	primary, err := sql.Open("postgres", primaryDSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	standby, err := sql.Open("postgres", standbyDSN)
+	if err != nil {
+		t.Fatal(errors.Join(err, primary.Close()))
+	}
+	t.Cleanup(func() {
+		if err := errors.Join(primary.Close(), standby.Close()); err != nil {
+			t.Errorf("close: %v", err)
+		}
+	})
+	const code = "unheard1"
+	if _, err := primary.Exec(`INSERT INTO links (code, url) VALUES ($1, 'https://go.dev/v1')`, code); err != nil {
+		t.Fatal(err)
+	}
+	onStandby := func() string {
+		var url string
+		if err := standby.QueryRow(`SELECT url FROM links WHERE code = $1`, code).Scan(&url); err != nil && !errors.Is(err, sql.ErrNoRows) {
+			t.Fatal(err)
+		}
+		return url
+	}
+	waitUntil(t, "the standby to replay the link", func() bool { return onStandby() == "https://go.dev/v1" })
+	// Until the instance hears of the new link from Postgres (step 30's
+	// listener), its Bloom filter may answer 404.
+	waitUntil(t, "the instance to serve the link", func() bool {
+		status, loc := statusOf(t, base, code)
+		return status == 302 && loc == "https://go.dev/v1"
+	})
+
+	// The standby stops replaying, behind by less than REPLICA_MAX_LAG;
+	// then the change, on the primary alone, and never published.
+	if _, err := standby.Exec(`SELECT pg_wal_replay_pause()`); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the standby's replay to pause", func() bool {
+		var state string
+		if err := standby.QueryRow(`SELECT pg_get_wal_replay_pause_state()`).Scan(&state); err != nil {
+			t.Fatal(err)
+		}
+		return state == "paused"
+	})
+	t.Cleanup(func() {
+		if _, err := standby.Exec(`SELECT pg_wal_replay_resume()`); err != nil {
+			t.Errorf("resume the standby's replay: %v", err)
+		}
+	})
+	if _, err := primary.Exec(`UPDATE links SET url = 'https://go.dev/v2', version = version + 1 WHERE code = $1`, code); err != nil {
+		t.Fatal(err)
+	}
+	if got := onStandby(); got != "https://go.dev/v1" {
+		t.Fatalf("the paused standby has %q; the test needs it behind", got)
+	}
+	if status, loc := statusOf(t, base, code); status != 302 || loc != "https://go.dev/v1" {
+		t.Fatalf("a change not heard: %d %q, want 302 v1 still, from the local cache", status, loc)
+	}
+
+	// The subscription breaks and is made again: the local cache is purged.
+	before := purges()
+	proxy.drop()
+	waitUntil(t, "the subscription to be made again", func() bool { return purges() > before })
+	if status, loc := statusOf(t, base, code); status != 302 || loc != "https://go.dev/v2" {
+		t.Errorf("after the purge: %d %q, want 302 v2 (the primary's; v1 is the paused standby's)", status, loc)
+	}
+}
+
+// TestFenceRaiseIsAnsweredSoon: a raise's question goes to the primary
+// at once, and when it fails it is asked again soon, not at the window's
+// next quarter; and a question to the standby that hangs does not hold
+// it up. The window is an hour here, so that its ticks never come during
+// the test: without the retry, or with one loop asking both servers in
+// turn (step 48's first version), every read would stay the primary's
+// for 15 minutes.
+func TestFenceRaiseIsAnsweredSoon(t *testing.T) {
+	dsn := testDatabase(t)
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := startProxy(t, u.Host)
+	viaProxy := *u
+	viaProxy.Host = proxy.addr()
+	primary, err := sql.Open("postgres", viaProxy.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	standby, err := sql.Open("postgres", dsn)
+	if err != nil {
+		t.Fatal(errors.Join(err, primary.Close()))
+	}
+	// The standby's only connection, held by the test: the fence's
+	// question to the standby waits for it until the test ends.
+	standby.SetMaxOpenConns(1)
+	held, err := standby.Conn(context.Background())
+	if err != nil {
+		t.Fatal(errors.Join(err, primary.Close(), standby.Close()))
+	}
+	logs := &syncBuffer{}
+	f := newReplicaFence(primary, standby, time.Hour, &sampledLog{log: slog.New(slog.NewTextHandler(logs, nil))})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f.run(ctx)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		if err := errors.Join(held.Close(), primary.Close(), standby.Close()); err != nil {
+			t.Errorf("close: %v", err)
+		}
+	})
+	waitUntil(t, "the primary's first answer", func() bool { return f.bound() != "0" })
+
+	proxy.refuse()
+	f.raise()
+	if got := f.bound(); got != fenceAll {
+		t.Fatalf("raised, the primary refusing: bound %s, want %s", got, fenceAll)
+	}
+	waitUntil(t, "the raise's question to fail", func() bool {
+		return strings.Contains(logs.String(), "replica fence: the primary did not say")
+	})
+	if got := f.bound(); got != fenceAll {
+		t.Fatalf("raised, the question failed: bound %s, want %s", got, fenceAll)
+	}
+	proxy.restore()
+	waitUntil(t, "an answer asked after the raise", func() bool { return f.bound() != fenceAll })
+	if got := f.bound(); got == "0" {
+		t.Errorf("answered after the raise: bound %s, want the answer's xmax", got)
+	}
 }

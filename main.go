@@ -328,7 +328,7 @@ func openStore(ctx context.Context, cfg config, m *metrics, log *slog.Logger) (S
 			replica.Close() //nolint:errcheck // likewise
 			return nil, nil, fmt.Errorf("replica: the fence's connection to the primary: %w", err)
 		}
-		fence := newReplicaFence(fenceDB, replica.db, &sampledLog{log: log, every: replicaFailEvery})
+		fence := newReplicaFence(fenceDB, replica.db, cfg.replicaMaxLag, &sampledLog{log: log, every: replicaFailEvery})
 		replica.fence.bound = fence.bound
 		if cfg.lookupBatch > 1 {
 			if err := replica.startLookupBatch(ctx, cfg.lookupBatch, cfg.lookupWorkers, m.lookupBatchObserver()); err != nil {
@@ -351,7 +351,7 @@ func openStore(ctx context.Context, cfg config, m *metrics, log *slog.Logger) (S
 		}()
 		log.Info("reads from a replica", "max_open_conns", pool.maxOpen, "client_check", pool.clientCheck, "lookup_batch", cfg.lookupBatch, "lookup_workers", cfg.lookupWorkers, "max_lag", fence.maxLag)
 		return &replicaReads{Store: pg, replica: replica, counts: m.replicaResults(), timeout: cfg.pool.timeout,
-				failLog: &sampledLog{log: log, every: replicaFailEvery}},
+				failLog: &sampledLog{log: log, every: replicaFailEvery}, fence: fence},
 			func() error {
 				stopFence()
 				<-fenceDone

@@ -40,6 +40,10 @@ type replicaReads struct {
 	// only counted, and in one of step 42's runs one app's replica
 	// failed 706 of 815 reads with nothing in its log to say why.
 	failLog *sampledLog
+	// fence is the replica's bound (replicafence.go; nil in tests that
+	// have none): buildLayers has the subscriber raise it at each purge
+	// (step 48).
+	fence *replicaFence
 }
 
 // replicaFailEvery is how often the app logs a failed replica read at

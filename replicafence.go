@@ -63,6 +63,12 @@ type replicaFence struct {
 
 	mu      sync.Mutex
 	samples []fenceSample // the primary's answers within maxLag, oldest first; mu
+	// raises counts the calls of raise, and raisedAt is when the last
+	// was made, until the bound covers it (zero then); mu. wake asks run
+	// for an answer now.
+	raises   uint64
+	raisedAt time.Time
+	wake     chan struct{}
 
 	// behind is the standby's state as the last check saw it (metrics.go):
 	// fenceHeld, fenceBehind (its snapshot below the bound), or
@@ -71,10 +77,16 @@ type replicaFence struct {
 	failLog *sampledLog
 }
 
-// replicaMaxLag is the most a standby's answer may miss: every change the
-// primary acknowledged longer ago than this is in it, while the primary
-// answers the fence (docs/47).
+// replicaMaxLag is the most a standby's answer may miss by default
+// (REPLICA_MAX_LAG, step 48): every change the primary acknowledged
+// longer ago than this is in it, while the primary answers the fence
+// (docs/47).
 const replicaMaxLag = time.Second
+
+// fenceAll is the bound no standby holds (the largest xid8): while a
+// raise waits for the primary's next answer, every read from the
+// replica is held back, and made on the primary.
+const fenceAll = "18446744073709551615"
 
 // The fence's states (replicaFence.behind).
 const (
@@ -84,10 +96,14 @@ const (
 )
 
 // fenceSample is one answer of the primary: when the question was sent,
-// and the xmax of its snapshot then.
+// how many raises had been made then, and the xmax of its snapshot.
+// Whether it was asked after a raise is told by the count, not by the
+// clock, which may give the raise and a question sent just before it the
+// same time.
 type fenceSample struct {
-	at   time.Time
-	xmax uint64
+	at     time.Time
+	raises uint64
+	xmax   uint64
 }
 
 // primaryXmaxSQL asks the primary for its snapshot's xmax: every
@@ -99,18 +115,46 @@ const (
 	standbyHeldSQL = `SELECT pg_snapshot_xmin(pg_current_snapshot()) >= $1::xid8`
 )
 
-func newReplicaFence(primary, standby *sql.DB, failLog *sampledLog) *replicaFence {
-	f := &replicaFence{primary: primary, standby: standby, maxLag: replicaMaxLag, now: time.Now, failLog: failLog}
+func newReplicaFence(primary, standby *sql.DB, maxLag time.Duration, failLog *sampledLog) *replicaFence {
+	f := &replicaFence{primary: primary, standby: standby, maxLag: maxLag, now: time.Now, failLog: failLog,
+		wake: make(chan struct{}, 1)}
 	f.behind.Store(fenceUnbounded)
 	return f
 }
 
-// run asks the primary, then the standby, every maxLag/4 until ctx ends.
+// run asks the primary every maxLag/4 until ctx ends, at once after
+// each raise, and again after fenceRetry while a raise waits on a
+// question that failed; and, in a loop of its own, the standby. Until
+// step 48 one loop asked both in turn, and a raise's question could wait
+// behind the standby's (up to maxLag) until the raise ran out.
 func (f *replicaFence) run(ctx context.Context) {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() { f.runStandby(ctx) })
 	t := time.NewTicker(f.maxLag / 4)
 	defer t.Stop()
 	for {
-		f.check(ctx)
+		var again <-chan time.Time
+		if err := f.askPrimary(ctx); err != nil && f.raisePending() {
+			again = time.After(min(fenceRetry, f.maxLag/4))
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-f.wake:
+		case <-again:
+		}
+	}
+}
+
+// runStandby asks the standby whether it holds the bound, at once and
+// then every maxLag/4 until ctx ends (for the gauge).
+func (f *replicaFence) runStandby(ctx context.Context) {
+	t := time.NewTicker(f.maxLag / 4)
+	defer t.Stop()
+	for {
+		f.askStandby(ctx)
 		select {
 		case <-ctx.Done():
 			return
@@ -119,17 +163,66 @@ func (f *replicaFence) run(ctx context.Context) {
 	}
 }
 
+// fenceRetry is how soon a raise's question is asked again when it
+// failed (at most maxLag/4): until one is answered, every read from the
+// replica is the primary's.
+const fenceRetry = 50 * time.Millisecond
+
+// raisePending says whether a raise waits for an answer asked after it.
+func (f *replicaFence) raisePending() bool { return f.bound() == fenceAll }
+
+// raise makes every read from the replica from now on carry a bound
+// the primary gave to a question asked after now (step 48). The
+// subscriber calls it first at each purge: when it subscribes again, a
+// message was dropped, or it is behind (a probe late), a change whose
+// message it missed may have been made an instant before, and the bound
+// in force, from an answer up to maxLag old, need not hold it. A standby
+// that lags by less than maxLag could then serve the link as it was to
+// the lookup after the purge, which the local cache would keep for
+// LOCAL_CACHE_TTL (docs/47 left this open). Until the primary answers a
+// question asked after the raise (run asks one at once), no standby
+// holds the bound (fenceAll) and every read is the primary's; if none is
+// answered within maxLag, the bound is what it would have been without
+// the raise (no answer within maxLag: none).
+func (f *replicaFence) raise() {
+	f.mu.Lock()
+	f.raises++
+	f.raisedAt = f.now()
+	f.mu.Unlock()
+	select {
+	case f.wake <- struct{}{}:
+	default: // one is asked for already
+	}
+}
+
 // check asks the primary for its xmax and keeps it, then asks the standby
 // whether it holds the bound reads carry now (for the metric; each read
 // is checked on its own).
 func (f *replicaFence) check(ctx context.Context) {
-	if err := f.sample(ctx); err != nil && ctx.Err() == nil && f.failLog != nil {
+	f.askPrimary(ctx) //nolint:errcheck // logged there; the standby is asked all the same
+	f.askStandby(ctx)
+}
+
+// askPrimary asks the primary for its xmax and keeps it; a failure is
+// logged (sampled) and returned.
+func (f *replicaFence) askPrimary(ctx context.Context) error {
+	err := f.sample(ctx)
+	if err != nil && ctx.Err() == nil && f.failLog != nil {
 		f.failLog.warn(ctx, "replica fence: the primary did not say which transactions it has completed; reads from the replica carry no bound once its last answer is older than "+f.maxLag.String(), err)
 	}
+	return err
+}
+
+// askStandby asks the standby whether it holds the bound reads carry now,
+// for the gauge.
+func (f *replicaFence) askStandby(ctx context.Context) {
 	bound := f.bound()
-	if bound == "0" {
+	switch bound {
+	case "0":
 		f.behind.Store(fenceUnbounded)
 		return
+	case fenceAll:
+		return // raised, and no answer since: the state stays as last seen
 	}
 	ctx, cancel := context.WithTimeout(ctx, f.maxLag)
 	defer cancel()
@@ -152,7 +245,9 @@ func (f *replicaFence) check(ctx context.Context) {
 func (f *replicaFence) sample(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, f.maxLag)
 	defer cancel()
-	at := f.now()
+	f.mu.Lock()
+	asked := fenceSample{at: f.now(), raises: f.raises}
+	f.mu.Unlock()
 	var text string
 	if err := f.primary.QueryRowContext(ctx, primaryXmaxSQL).Scan(&text); err != nil {
 		return err
@@ -162,15 +257,16 @@ func (f *replicaFence) sample(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("replica fence: the primary's xmax %q: %w", text, err)
 	}
-	f.add(at, xmax)
+	asked.xmax = xmax
+	f.add(asked)
 	return nil
 }
 
 // add keeps a sample and drops the ones that have left the window.
-func (f *replicaFence) add(at time.Time, xmax uint64) {
+func (f *replicaFence) add(s fenceSample) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.samples = append(f.samples, fenceSample{at: at, xmax: xmax})
+	f.samples = append(f.samples, s)
 	f.samples = f.samples[f.firstWithin(f.now()):]
 }
 
@@ -186,13 +282,41 @@ func (f *replicaFence) firstWithin(now time.Time) int {
 	return len(f.samples)
 }
 
+// firstRaised is the index of the oldest sample asked after the last
+// raise (len(samples) when none is); mu held.
+func (f *replicaFence) firstRaised() int {
+	for i, s := range f.samples {
+		if s.raises == f.raises {
+			return i
+		}
+	}
+	return len(f.samples)
+}
+
 // bound is what a read from the replica carries ($2 of the fenced
 // statements): the xmax of the primary's oldest answer within maxLag, or
-// "0" (no bound) when it has given none.
+// "0" (no bound) when it has given none. Within maxLag of a raise, it is
+// at least the xmax of the primary's first answer asked after the raise,
+// and fenceAll until there is one.
 func (f *replicaFence) bound() string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	i := f.firstWithin(f.now())
+	now := f.now()
+	i := f.firstWithin(now)
+	if !f.raisedAt.IsZero() {
+		if now.Sub(f.raisedAt) > f.maxLag || (i < len(f.samples) && f.samples[i].raises == f.raises) {
+			// The window starts after the raise: the oldest answer
+			// within it holds what the raise asked for (or, if there is
+			// none, the primary has not answered since).
+			f.raisedAt = time.Time{}
+		} else if j := f.firstRaised(); j < len(f.samples) {
+			// The oldest answer within the window was asked before the
+			// raise, and this one after it: i < j.
+			return strconv.FormatUint(max(f.samples[i].xmax, f.samples[j].xmax), 10)
+		} else {
+			return fenceAll
+		}
+	}
 	if i == len(f.samples) {
 		return "0"
 	}

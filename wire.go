@@ -32,6 +32,7 @@ type layers struct {
 // built from it. Every constructor is given all it needs; nothing is set
 // on a layer once it is made. On an error, what was started is stopped.
 func buildLayers(ctx context.Context, cfg config, store Store, pg *pgStore, rdb *guardedRedis, m *metrics, log *slog.Logger) (_ *layers, err error) {
+	bottom := store
 	var stops []func() // in the order started; stop runs them in reverse
 	stopAll := func() {
 		for i := len(stops) - 1; i >= 0; i-- {
@@ -150,6 +151,12 @@ func buildLayers(ctx context.Context, cfg config, store Store, pg *pgStore, rdb 
 	// The flight hears of them too, with or without a local cache.
 	drops := []func(code string){func(string) { gen.bump() }}
 	purges := []func(){gen.bump}
+	if r, ok := bottom.(*replicaReads); ok && r.fence != nil {
+		// First of all: a change not heard may be newer than the bound
+		// reads from the replica carry, and once anything is purged a
+		// lookup may read it there (replicafence.go, step 48).
+		purges = append([]func(){r.fence.raise}, purges...)
+	}
 	if cache != nil {
 		// First: a lookup that starts once the code is dropped must find
 		// it marked, or it may read a standby that is behind (heard.go).

@@ -71,6 +71,7 @@ harm=$((dur / 4))
 hbound_for() { case $1 in redis) echo 65s ;; *) echo 5s ;; esac; }
 case $out in '' | /*) ;; *) out="$PWD/$out" ;; esac
 cd "$(git rev-parse --show-toplevel)"
+. benchmarks/lib.sh # progress
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/hosts.XXXXXX")
 chmod 755 "$tmp" # Postgres runs as the user postgres, inside it
 export HOSTS_DIR="$tmp/hosts"
@@ -111,6 +112,7 @@ go build -o "$tmp/historyclients" ./benchmarks/historyclients
 base=http://127.0.0.1:${HOSTS_PORT:-18080}
 ip_of() { echo "10.77.0.1${1#h}"; }
 
+progress "three hosts up (deploy/hosts.sh up), then 500 links"
 deploy/hosts.sh up 2>"$tmp/up.log" || { cat "$tmp/up.log" >&2; exit 1; }
 
 # 500 links to redirect to; then a few seconds of redirects, so that each
@@ -344,6 +346,7 @@ since() { awk -v a="$1" -v b="$t0" 'BEGIN { printf "%.2f", a - b }'; }
 for part in $parts; do
 	f="$out/20-fail-$part.txt"
 	v=$(victim "$part")
+	progress "part $part: $dur s of load, the harm at second $harm"
 	# Let every app find its connections again after a move, then warm.
 	sleep 3
 	vegeta attack -rate="$rate/s" -duration=3s -redirects=-1 -targets="$tmp/redirects.txt" >/dev/null
@@ -496,6 +499,7 @@ for part in $parts; do
 	echo "$part redirects: $(grep -E '^(total|failures)' "$tmp/red.txt" | tr '\n' ' ')"
 	echo "$part creates:   $(grep -E '^(total|failures)' "$tmp/cre.txt" | tr '\n' ' ')"
 	: >"$tmp/remove.log"
+	progress "part $part: done; waiting for the restored standby to stream"
 	# Let the restored host's standby and replica catch up before the next.
 	end=$((SECONDS + 120))
 	until [ "$(deploy/hosts.sh psql -Atqc "select count(*) from pg_stat_replication where state = 'streaming'" 2>/dev/null)" = 2 ] && sync_standby >/dev/null; do

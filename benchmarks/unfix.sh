@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# unfix.sh: each of step 27's fixes (and step 29's, 30's, 31's, 33's, 34's, 35's, 36's, 41's, 42's, 43's, 45's, 46's and 47's) undone, one at a
+# unfix.sh: each of step 27's fixes (and step 29's, 30's, 31's, 33's, 34's, 35's, 36's, 41's, 42's, 43's, 45's, 46's, 47's and 48's) undone, one at a
 # time, and the test written for it run against the result: a test that
 # passes with its fix undone proves nothing. For each: a copy of the
 # committed tree (git worktree, detached at HEAD), one substitution that
@@ -95,10 +95,13 @@ plainindex|pgschema.go|s/conn\.ExecContext\(ctx, stmt\)/conn.ExecContext(ctx, st
 invalidindex|pgschema.go|s/case !valid:/case false:/|TestInvalidIndexIsBuiltAgain
 heard|cache.go|s/ \x7c\x7c c\.heard\.has\(code\)//|TestHeardChangeIsReadFromThePrimary
 fence|store_postgres.go|s/ AND pg_snapshot_xmin\(pg_current_snapshot\(\)\) >= \$2::xid8/ AND \$2::xid8 IS NOT NULL/|TestStandbyBehindIsReadFromThePrimary
+raise|wire.go|s/purges = append\(\[\]func\(\)\{r\.fence\.raise\}, purges\.\.\.\)/_ = r/|TestUnheardChangeAfterAPurgeIsReadFromThePrimary
+raiseretry|replicafence.go|s/again = time\.After\(min\(fenceRetry, f\.maxLag\/4\)\)/_ = fenceRetry/|TestFenceRaiseIsAnsweredSoon
+oneloop|replicafence.go|s/wg\.Go\(func\(\) \{ f\.runStandby\(ctx\) \}\)/_ = f.runStandby/; s/if err := f\.askPrimary\(ctx\); err != nil && f\.raisePending\(\) \{/err := f.askPrimary(ctx)\n\t\tf.askStandby(ctx)\n\t\tif err != nil \&\& f.raisePending() {/|TestFenceRaiseIsAnsweredSoon
 nodrops|invalidate.go|s/for _, d := range s\.drop \{\n\t\t\td\(msg\.Payload\)\n\t\t\}/_ = s.drop/|TestHistoryUnderFaults
 '
 {
-	echo "# step 27's, 29's, 30's, 31's, 33's, 34's, 35's, 36's, 41's, 42's, 43's, 45's, 46's and 47's fixes undone one at a time, each with the test written for it"
+	echo "# step 27's, 29's, 30's, 31's, 33's, 34's, 35's, 36's, 41's, 42's, 43's, 45's, 46's, 47's and 48's fixes undone one at a time, each with the test written for it"
 	echo "# made by:   benchmarks/unfix.sh $*; commit $(git -C "$repo" rev-parse --short=12 HEAD), date $(date -u '+%Y-%m-%dT%H:%M:%SZ')"
 	echo "# machine:   $(machine_line)"
 	echo "# software:  $(go version | cut -d' ' -f3-)"
