@@ -644,8 +644,11 @@ func TestEditSeenByEveryInstance(t *testing.T) {
 			t.Errorf("instance %d: received invalidations %v, want at least %v (or a purge: %v, was %v)", i, got, received[i]+1, purges, purged[i])
 		}
 	}
-	if got := seriesValue(t, metrics[1], `shortener_invalidations_total{result="sent"}`); got != 1 {
-		t.Errorf("the editing instance sent %v invalidations, want 1", got)
+	// At least 1: since step 49 every instance that hears of the edit
+	// from Postgres tells Redis again what the primary has, the editing
+	// one too, and each such tell counts as sent.
+	if got := seriesValue(t, metrics[1], `shortener_invalidations_total{result="sent"}`); got < 1 {
+		t.Errorf("the editing instance sent %v invalidations, want at least 1", got)
 	}
 	if got := seriesValue(t, metrics[1], `shortener_link_changes_total{op="edit",result="ok"}`); got != 1 {
 		t.Errorf("edits counted ok: %v, want 1", got)

@@ -60,8 +60,38 @@ import (
 // cannot do it: it waits for the ping, which holds the Listener's lock;
 // closing the net.Conn that its dialer (listenDialer) made wakes both.
 
-// linksChannel is the channel the trigger notifies on.
+// linksChannel is the channel the trigger on inserts notifies on.
 const linksChannel = "links_created"
+
+// Since step 49 a second trigger names the links each statement edits,
+// on changesChannel, whoever ran it. Until then an edit reached the other
+// instances only through Redis (invalidate.go), published by the instance
+// that made it once Postgres had committed: an edit made in psql (an
+// operator taking down a phishing link), or one whose instance was
+// killed between its COMMIT and its PUBLISH, reached no cache, and every
+// instance served the link as it was, from Redis for CACHE_TTL (an hour)
+// and from its own memory for LOCAL_CACHE_TTL. Postgres sends this one at
+// commit whoever commits, and each instance that hears it drops the code
+// from its memory and tells Redis what the primary has now, as it does
+// for a change of its own that Redis missed (cachedStore.remember).
+//
+// A notification is input here too: whoever can connect can name any
+// code, and each costs a read of the primary and a write to Redis, which
+// holds what the primary has; no more than maxPending wait at a time.
+// While this connection is lost an edit may go unheard, so each LISTEN
+// made again (and the first) purges this process's memory; what Redis
+// kept of such an edit is not read again (docs/49).
+const changesChannel = "links_changed"
+
+// listenChanges is what the listener does with links edited anywhere:
+// drop forgets one code in this process's memory and has Redis told
+// again; purge forgets every code, when more than 10,000 were edited in
+// one statement or when the LISTEN is made again after a loss. Either may
+// be nil.
+type listenChanges struct {
+	drop  func(code string)
+	purge func()
+}
 
 // How soon the listener tries again after losing its connection: lib/pq
 // doubles the wait after each failed attempt, up to the second.
@@ -75,15 +105,16 @@ const (
 const listenRetry = time.Second
 
 // linkListener tells the Bloom filter and the negative cache (either may
-// be nil) of every link Postgres adds.
+// be nil) of every link Postgres adds, and changes of every link edited.
 type linkListener struct {
-	dsn    string
-	bloom  *bloomStore
-	neg    *negCache
-	counts bloomCounts
-	log    *slog.Logger
-	warns  *sampledLog // connection attempts that failed
-	bad    *sampledLog // messages that are not codes
+	dsn     string
+	bloom   *bloomStore
+	neg     *negCache
+	changes listenChanges
+	counts  bloomCounts
+	log     *slog.Logger
+	warns   *sampledLog // connection attempts that failed
+	bad     *sampledLog // messages that are not codes
 
 	minReconnect, maxReconnect time.Duration
 	pingEvery                  time.Duration // LISTEN_PING
@@ -98,12 +129,12 @@ type linkListener struct {
 	closing atomic.Bool
 }
 
-func newLinkListener(dsn string, ping time.Duration, bf *bloomStore, neg *negCache, counts bloomCounts, log *slog.Logger) *linkListener {
+func newLinkListener(dsn string, ping time.Duration, bf *bloomStore, neg *negCache, changes listenChanges, counts bloomCounts, log *slog.Logger) *linkListener {
 	if bf != nil {
 		bf.expectListener()
 	}
 	return &linkListener{
-		dsn: dsn, bloom: bf, neg: neg, counts: counts, log: log,
+		dsn: dsn, bloom: bf, neg: neg, changes: changes, counts: counts, log: log,
 		warns:        &sampledLog{log: log, every: 10 * time.Second},
 		bad:          &sampledLog{log: log, every: 10 * time.Second},
 		minReconnect: listenMinReconnect, maxReconnect: listenMaxReconnect,
@@ -191,7 +222,7 @@ func (l *linkListener) run(ctx context.Context) {
 				return
 			}
 			if n != nil { // nil follows a reconnection, marked by the callback
-				l.handle(n.Extra)
+				l.handle(n.Channel, n.Extra)
 			}
 		}
 	}
@@ -336,39 +367,51 @@ func (d *listenDialer) shutDown() error {
 	return d.cut()
 }
 
-// listen runs LISTEN once connected, and returns a channel that fires when
-// it should be tried again (nil: it need not).
+// listen runs LISTEN on both channels once connected, and returns a
+// channel that fires when it should be tried again (nil: it need not).
+// The listener is up once both are in place.
 func (l *linkListener) listen(ctx context.Context, pl *pq.Listener) <-chan time.Time {
 	l.mu.Lock()
 	lost := l.lost
 	l.mu.Unlock()
-	err := pl.Listen(linksChannel)
-	var pqErr *pq.Error
-	switch {
-	case err == nil:
-		// lib/pq keeps the channel, and answers nil, also when the
-		// connection went as it asked: then the connection was lost
-		// (counted below, now or soon), and the reconnection listens
-		// and says so (up, from the callback).
+	added := false
+	for _, channel := range []string{linksChannel, changesChannel} {
+		err := pl.Listen(channel)
+		var pqErr *pq.Error
+		switch {
+		case err == nil:
+			// lib/pq keeps the channel, and answers nil, also when the
+			// connection went as it asked: then the connection was lost
+			// (counted below, now or soon), and the reconnection listens
+			// and says so (up, from the callback).
+			added = true
+			l.log.Info("links listener: listening", "channel", channel)
+		case errors.Is(err, pq.ErrChannelAlreadyOpen):
+			// asked before, and kept: lib/pq runs it on each new connection
+		case errors.As(err, &pqErr):
+			// Postgres refused it: lib/pq did not keep the channel.
+			l.log.Error("links listener: LISTEN refused; trying again", "err", err, "channel", channel, "in", listenRetry)
+			return time.After(listenRetry)
+		default:
+			if ctx.Err() == nil {
+				l.log.Error("links listener: LISTEN failed", "err", err, "channel", channel)
+			}
+			return nil
+		}
+	}
+	if added {
 		l.mu.Lock()
 		if l.lost == lost {
 			l.markUp()
+		} else if l.changes.purge != nil {
+			// The connection was lost meanwhile, and its new one may
+			// have been marked up (purged) before this LISTEN was in
+			// place on it: purge again, now that it is.
+			l.changes.purge()
 		}
 		l.mu.Unlock()
-		l.log.Info("links listener: listening", "channel", linksChannel)
-		return nil
-	case errors.Is(err, pq.ErrChannelAlreadyOpen):
-		return nil // asked before, and kept: lib/pq runs it on each new connection
-	case errors.As(err, &pqErr):
-		// Postgres refused it: lib/pq did not keep the channel.
-		l.log.Error("links listener: LISTEN refused; trying again", "err", err, "in", listenRetry)
-		return time.After(listenRetry)
-	default:
-		if ctx.Err() == nil {
-			l.log.Error("links listener: LISTEN failed", "err", err)
-		}
-		return nil
 	}
+	return nil
 }
 
 // up says the LISTEN is in place on a new connection.
@@ -378,8 +421,13 @@ func (l *linkListener) up() {
 	l.markUp()
 }
 
-// markUp: l.mu must be held.
+// markUp: l.mu must be held. An edit made before this moment and after
+// the last LISTEN was lost (or the start) was not heard: every code is
+// forgotten in this process's memory.
 func (l *linkListener) markUp() {
+	if l.changes.purge != nil {
+		l.changes.purge()
+	}
 	if l.neg != nil {
 		l.neg.clearAll()
 	}
@@ -407,7 +455,11 @@ func (l *linkListener) down(err error) {
 
 // handle acts on one notification's payload: codes separated by spaces,
 // or "*".
-func (l *linkListener) handle(payload string) {
+func (l *linkListener) handle(channel, payload string) {
+	if channel == changesChannel {
+		l.handleChanges(payload)
+		return
+	}
 	if payload == "*" {
 		l.counts.notifiedAll.Inc()
 		if l.neg != nil {
@@ -418,18 +470,7 @@ func (l *linkListener) handle(payload string) {
 		}
 		return
 	}
-	parts := strings.Split(payload, " ")
-	codes := make([]string, 0, len(parts))
-	for _, c := range parts {
-		if validCode(c) {
-			codes = append(codes, c)
-		}
-	}
-	if len(codes) < len(parts) || len(codes) == 0 {
-		l.counts.notifiedBad.Inc()
-		l.bad.warn(context.Background(), "links listener: message ignored in part",
-			fmt.Errorf("%q: %d of %d parts are not codes", clip(payload), len(parts)-len(codes), len(parts)))
-	}
+	codes := l.codesOf(channel, payload)
 	if len(codes) == 0 {
 		return
 	}
@@ -442,4 +483,46 @@ func (l *linkListener) handle(payload string) {
 			l.neg.forget(c)
 		}
 	}
+}
+
+// handleChanges acts on one message of links_changed: the codes a
+// statement edited, or "*" for more than 10,000.
+func (l *linkListener) handleChanges(payload string) {
+	// Counted once acted on, as the subscriber counts (a test that
+	// waits for the count finds the caches dropped).
+	if payload == "*" {
+		if l.changes.purge != nil {
+			l.changes.purge()
+		}
+		l.counts.notifiedChangedAll.Inc()
+		return
+	}
+	codes := l.codesOf(changesChannel, payload)
+	if len(codes) == 0 {
+		return
+	}
+	if l.changes.drop != nil {
+		for _, c := range codes {
+			l.changes.drop(c)
+		}
+	}
+	l.counts.notifiedChanged.Inc()
+}
+
+// codesOf is a message's codes, separated by spaces; what is not a code
+// is counted and logged, and left out.
+func (l *linkListener) codesOf(channel, payload string) []string {
+	parts := strings.Split(payload, " ")
+	codes := make([]string, 0, len(parts))
+	for _, c := range parts {
+		if validCode(c) {
+			codes = append(codes, c)
+		}
+	}
+	if len(codes) < len(parts) || len(codes) == 0 {
+		l.counts.notifiedBad.Inc()
+		l.bad.warn(context.Background(), "links listener: message ignored in part",
+			fmt.Errorf("%s: %q: %d of %d parts are not codes", channel, clip(payload), len(parts)-len(codes), len(parts)))
+	}
+	return codes
 }

@@ -197,7 +197,7 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 	m.bloom.sweepMissed = f(prometheus.NewCounter(prometheus.CounterOpts(opts("bloom_sweep_missed_total",
 		"Codes a sweep found that the trusted Bloom filter did not hold, and the feed had not brought by the next sweep: creates the feed failed to deliver, each answerable 404 here until the sweep found it.")))).(prometheus.Counter)
 	m.bloom.notifications = f(prometheus.NewCounterVec(prometheus.CounterOpts(opts("link_notifications_total",
-		"Messages from Postgres's trigger on links (LISTEN links_created), by kind: codes (a statement added these links, up to 200 named in a message), all (a statement added more than 10,000: every code is read again), bad (not codes, ignored in whole or part).")),
+		"Messages from Postgres's triggers on links (LISTEN links_created and links_changed), by kind: codes (a statement added these links, up to 200 named in a message), all (a statement added more than 10,000: every code is read again), changed (a statement edited these links: each is dropped from this process's memory and told to Redis again; since step 49), changed_all (a statement edited more than 10,000: the local cache is purged), bad (not codes, ignored in whole or part).")),
 		[]string{"kind"})).(*prometheus.CounterVec)
 	m.negHits = f(prometheus.NewCounter(prometheus.CounterOpts(opts("negcache_hits_total",
 		"Lookups answered not found by the negative cache, with no query.")))).(prometheus.Counter)
@@ -374,6 +374,7 @@ type bloomCounts struct {
 	sweepsOK, sweepsFailed                    counter
 	sweepCodes, sweepMissed                   adder
 	notifiedCodes, notifiedAll, notifiedBad   counter
+	notifiedChanged, notifiedChangedAll       counter
 }
 
 // gauge is what the code needs of a Prometheus gauge.
@@ -388,7 +389,7 @@ func (m *metrics) bloomCounts() bloomCounts {
 		n := noCount{}
 		return bloomCounts{no: n, maybe: n, untrusted: n, falsePositives: n, ackTimeouts: n, ackLapsed: n, ackUnheard: n, ackMoved: n, publishFailures: n,
 			badMessages: n, resyncs: n, buildSeconds: noGauge{}, sweepsOK: n, sweepsFailed: n, sweepCodes: n, sweepMissed: n,
-			notifiedCodes: n, notifiedAll: n, notifiedBad: n}
+			notifiedCodes: n, notifiedAll: n, notifiedBad: n, notifiedChanged: n, notifiedChangedAll: n}
 	}
 	return bloomCounts{
 		no:              m.bloom.lookups.WithLabelValues("no"),
@@ -410,6 +411,9 @@ func (m *metrics) bloomCounts() bloomCounts {
 		notifiedCodes:   m.bloom.notifications.WithLabelValues("codes"),
 		notifiedAll:     m.bloom.notifications.WithLabelValues("all"),
 		notifiedBad:     m.bloom.notifications.WithLabelValues("bad"),
+
+		notifiedChanged:    m.bloom.notifications.WithLabelValues("changed"),
+		notifiedChangedAll: m.bloom.notifications.WithLabelValues("changed_all"),
 	}
 }
 

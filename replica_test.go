@@ -413,14 +413,24 @@ func TestHeardChangeIsReadFromThePrimary(t *testing.T) {
 	// subscribe again, and the reader then purges its cache instead of
 	// hearing the code (and cannot know it changed): edit again until it
 	// hears one, at most ten times.
+	changed := func() float64 { return seriesValue(t, m, `shortener_link_notifications_total{kind="changed"}`) }
 	for i := 2; ; i++ {
-		heard, purged := received(), purges()
+		heard, purged, told := received(), purges(), changed()
 		want := fmt.Sprintf("https://go.dev/v%d", i)
 		if status := send(t, "PATCH", editor+"/api/links/"+code, fmt.Sprintf(`{"url":%q}`, want), token); status != 200 {
 			t.Fatalf("PATCH = %d, want 200", status)
 		}
 		waitUntil(t, "the reader to hear of the edit, or to subscribe again", func() bool { return received() > heard || purges() > purged })
 		if received() > heard {
+			// Since step 49 the reader also hears of the edit from
+			// Postgres and keeps the code as a change to tell Redis
+			// again, which sends its lookups to the primary until that
+			// is done (a quarter of a second or so): with step 46's mark
+			// undone this test then passed (benchmarks/49-unfix-first.txt).
+			// The mark is for the 30 s after.
+			waitUntil(t, "the reader to hear of the edit from Postgres, and have no change waiting", func() bool {
+				return changed() > told && seriesValue(t, m, "shortener_invalidations_pending") == 0
+			})
 			if status, loc := statusOf(t, reader, code); status != 302 || loc != want {
 				t.Errorf("the reader served %d %q after hearing of the edit; want 302 %s (the primary's, not the standby's v1)", status, loc, want)
 			}

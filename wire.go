@@ -106,6 +106,7 @@ func buildLayers(ctx context.Context, cfg config, store Store, pg *pgStore, rdb 
 		store = newFlightStore(store, m.coalescedCounter(), gen)
 	}
 	var bf *bloomStore
+	var feed *codeFeed
 	if pg != nil && cfg.bloom {
 		// The sweep backs the feed up (bloomsweep.go); what it finds, it
 		// drops from the negative cache too.
@@ -124,24 +125,10 @@ func buildLayers(ctx context.Context, cfg config, store Store, pg *pgStore, rdb 
 			log.Warn("no REDIS_URL: one instance assumed; the bloom filter is trusted once built, and it and the negative cache " +
 				"hear only of this instance's creates; with more instances set BLOOM=off and NEG_CACHE_SIZE=0, or set REDIS_URL")
 		}
-		feed := newCodeFeed(rdb, auth, cfg.redisPrefix, cfg.bloomAckTimeout, bf, neg, m.bloomCounts(), log)
+		feed = newCodeFeed(rdb, auth, cfg.redisPrefix, cfg.bloomAckTimeout, bf, neg, m.bloomCounts(), log)
 		store = &announcingStore{Store: store, feed: feed}
-		// Their own context, ended by stop, not by run's: they outlive
-		// the HTTP server's shutdown.
-		bctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-		var wg sync.WaitGroup
-		wg.Go(func() { feed.run(bctx) })
-		// Postgres's own word on every link added, whoever added it
-		// (linklisten.go).
-		listener := newLinkListener(cfg.databaseURL, cfg.listenPing, bf, neg, m.bloomCounts(), log)
-		wg.Go(func() { listener.run(bctx) })
-		if bf != nil {
-			wg.Go(func() { bf.run(bctx) })
-		}
-		stops = append(stops, func() {
-			cancel()
-			wg.Wait()
-		})
+		// Its goroutines, with the listener's, start below, once the
+		// layers that hear of edits are known.
 	}
 
 	// The caches in this process that an edit on another instance must
@@ -165,6 +152,7 @@ func buildLayers(ctx context.Context, cfg config, store Store, pg *pgStore, rdb 
 	if neg != nil {
 		drops = append(drops, neg.forget)
 	}
+	var local *localCache
 	if cfg.localCacheBytes != 0 && cfg.databaseURL != "" {
 		// (The memory store is a map already: a second one in front of
 		// it would only cost a lock.)
@@ -172,13 +160,49 @@ func buildLayers(ctx context.Context, cfg config, store Store, pg *pgStore, rdb 
 		if size == localCacheAuto {
 			size, sizedBy = localCacheDefault(processMemory(debug.SetMemoryLimit(-1), os.ReadFile))
 		}
-		local, err := newLocalCache(store, size, cfg.localCacheTTL, m.cacheResults("local"), gen)
-		if err != nil {
+		if local, err = newLocalCache(store, size, cfg.localCacheTTL, m.cacheResults("local"), gen); err != nil {
 			return nil, err
 		}
 		store = local
 		drops, purges = append(drops, local.drop), append(purges, local.purge)
 		log.Info("local cache enabled", "bytes", size, "sized_by", sizedBy, "ttl", cfg.localCacheTTL)
+	}
+	if pg != nil && (feed != nil || cache != nil || local != nil) {
+		// Postgres's own word on every link added and every link
+		// edited, whoever did it (linklisten.go): the filter and the
+		// negative cache hear of the first, every layer above of the
+		// second, and Redis is told again what the primary has.
+		changes := listenChanges{drop: func(code string) {
+			// Kept first: a code waiting to be told is read from the
+			// primary (cache.go), so no lookup after the drops below
+			// can refill the old link from Redis.
+			if cache != nil {
+				cache.remember(context.Background(), code)
+			}
+			for _, d := range drops {
+				d(code)
+			}
+		}, purge: func() {
+			for _, p := range purges {
+				p()
+			}
+		}}
+		listener := newLinkListener(cfg.databaseURL, cfg.listenPing, bf, neg, changes, m.bloomCounts(), log)
+		// Their own context, ended by stop, not by run's: they outlive
+		// the HTTP server's shutdown.
+		bctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		var wg sync.WaitGroup
+		if feed != nil {
+			wg.Go(func() { feed.run(bctx) })
+		}
+		wg.Go(func() { listener.run(bctx) })
+		if bf != nil {
+			wg.Go(func() { bf.run(bctx) })
+		}
+		stops = append(stops, func() {
+			cancel()
+			wg.Wait()
+		})
 	}
 	if cache != nil {
 		// Edits made on other instances reach this one's memory through

@@ -176,6 +176,82 @@ CREATE OR REPLACE TRIGGER links_announce
     AFTER INSERT ON links REFERENCING NEW TABLE AS added
     FOR EACH STATEMENT EXECUTE FUNCTION links_announce();
 
+-- Step 49: every statement that edits links tells every instance too,
+-- whoever ran it: an operator's psql UPDATE of a phishing link, or an
+-- instance killed between its change's COMMIT and its PUBLISH. At commit
+-- Postgres sends the codes on channel links_changed; each instance drops
+-- them from its memory and tells Redis what the primary now has
+-- (linklisten.go). The same messages as links_created's: 200 codes to
+-- one, "*" past 10,000 rows. The codes before and after the statement:
+-- an UPDATE that renames a code makes the old one stop answering too.
+CREATE OR REPLACE FUNCTION links_announce_change() RETURNS trigger
+LANGUAGE plpgsql AS $$
+DECLARE
+    n       integer;
+    payload text;
+BEGIN
+    SELECT count(*), string_agg(code, ' ') INTO n, payload
+    FROM (SELECT code FROM (SELECT code FROM changed UNION SELECT code FROM was) AS codes LIMIT 201) AS first_rows;
+    IF n = 0 THEN
+        RETURN NULL;
+    END IF;
+    IF n <= 200 AND octet_length(payload) < 8000 THEN
+        PERFORM pg_notify('links_changed', payload);
+        RETURN NULL;
+    END IF;
+    SELECT count(*) INTO n FROM (SELECT code FROM changed UNION SELECT code FROM was LIMIT 10001) AS first_rows;
+    IF n > 10000 OR EXISTS (SELECT 1 FROM changed WHERE octet_length(code) > 32)
+            OR EXISTS (SELECT 1 FROM was WHERE octet_length(code) > 32) THEN
+        PERFORM pg_notify('links_changed', '*');
+        RETURN NULL;
+    END IF;
+    FOR payload IN
+        SELECT string_agg(code, ' ')
+        FROM (SELECT code, (row_number() OVER () - 1) / 200 AS part
+              FROM (SELECT code FROM changed UNION SELECT code FROM was) AS codes) AS numbered
+        GROUP BY part
+    LOOP
+        PERFORM pg_notify('links_changed', payload);
+    END LOOP;
+    RETURN NULL;
+END
+$$;
+CREATE OR REPLACE TRIGGER links_announce_change
+    AFTER UPDATE ON links REFERENCING OLD TABLE AS was NEW TABLE AS changed
+    FOR EACH STATEMENT EXECUTE FUNCTION links_announce_change();
+-- A row is never deleted (step 16: a code is never given out again, and
+-- a delete is an UPDATE that marks it). A DELETE, which would also leave
+-- Redis serving the link, is refused with the UPDATE to run instead.
+-- (TRUNCATE is not a DELETE: it fires no such trigger.)
+CREATE OR REPLACE FUNCTION links_keep_rows() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION 'links are never deleted, so that a code is never given out again'
+        USING ERRCODE = 'restrict_violation',
+              HINT = 'mark them instead: UPDATE links SET url = '''', deleted_at = now() WHERE ...';
+END
+$$;
+CREATE OR REPLACE TRIGGER links_keep_rows
+    BEFORE DELETE ON links
+    FOR EACH STATEMENT EXECUTE FUNCTION links_keep_rows();
+-- Redis keeps each link beside its version, and refuses to write an
+-- older one over a newer (cache.go). The app adds one to version on every
+-- change; an UPDATE that does not (psql's) gets one added here, so that
+-- what an instance re-reads after hearing of it is newer than what a
+-- lookup read before it, and the older cannot win in Redis.
+CREATE OR REPLACE FUNCTION links_next_version() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF NEW.version <= OLD.version THEN
+        NEW.version := OLD.version + 1;
+    END IF;
+    RETURN NEW;
+END
+$$;
+CREATE OR REPLACE TRIGGER links_next_version
+    BEFORE UPDATE ON links
+    FOR EACH ROW EXECUTE FUNCTION links_next_version();
+
 -- Step 45: indexes. A plain CREATE INDEX takes a SHARE lock on its table,
 -- and every insert, edit and delete waits behind it for as long as the
 -- index builds; on a table that already holds millions of rows that is
