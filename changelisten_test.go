@@ -176,3 +176,63 @@ func TestEditReachesOthersWhileRedisIsDown(t *testing.T) {
 	}
 	waitUntil(t, "the other instance to serve the edit, Redis down", func() bool { return redirectsTo(t, b, code, "https://go.dev/v2") })
 }
+
+// TestTriggersFireInEveryRole: a session whose session_replication_role
+// is replica (a logical replication's apply, a superuser's data-loading
+// script) ran none of the triggers on
+// links until step 50: its insert answered 404 on an instance whose Bloom
+// filter was trusted (no sweep reads a row an hour old), its edit reached
+// no cache and added no version, and its DELETE went through. Now each
+// fires in every role, and a TRUNCATE, which fires no DELETE trigger, is
+// refused too.
+func TestTriggersFireInEveryRole(t *testing.T) {
+	dsn := testDatabase(t)
+	base, _, _ := startTrustedWith(t, dsn, map[string]string{"LOCAL_CACHE_TTL": "1h", "BLOOM_SWEEP": "1h"})
+	db := openBehind(t, dsn)
+	ctx := context.Background()
+	conn, err := db.Conn(ctx) // one session: SET holds for it
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := conn.Close(); err != nil {
+			t.Errorf("close the replica-role session: %v", err)
+		}
+	}()
+	if _, err := conn.ExecContext(ctx, `SET session_replication_role = replica`); err != nil {
+		t.Fatal(err)
+	}
+	code := newCode()
+	if _, err := conn.ExecContext(ctx, `INSERT INTO links (code, url, created_at) VALUES ($1, $2, now() - interval '1 hour')`,
+		code, "https://go.dev/behind/"+code); err != nil {
+		t.Fatal(err)
+	}
+	waitRedirect(t, base, code) // heard, and now in the instance's memory
+
+	edited := "https://go.dev/edited/" + code
+	if _, err := conn.ExecContext(ctx, `UPDATE links SET url = $2 WHERE code = $1`, code, edited); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the instance to serve an edit made in the replica role", func() bool { return redirectsTo(t, base, code, edited) })
+	var version int64
+	if err := db.QueryRow(`SELECT version FROM links WHERE code = $1`, code).Scan(&version); err != nil || version != 2 {
+		t.Errorf("version after an UPDATE in the replica role that set none = %d, %v; want 2 (the trigger's)", version, err)
+	}
+
+	refused := func(role string, err error, q string) {
+		var pqErr *pq.Error
+		if !errors.As(err, &pqErr) || pqErr.Code.Name() != "restrict_violation" {
+			t.Errorf("%s in the %s role: %v; want it refused (restrict_violation)", q, role, err)
+		}
+	}
+	for _, q := range []string{`DELETE FROM links WHERE code = '` + code + `'`, `TRUNCATE links CASCADE`} {
+		_, err := conn.ExecContext(ctx, q)
+		refused("replica", err, q)
+	}
+	_, err = db.Exec(`TRUNCATE links`)
+	refused("default", err, "TRUNCATE links")
+	var n int
+	if err := db.QueryRow(`SELECT count(*) FROM links WHERE code = $1`, code).Scan(&n); err != nil || n != 1 {
+		t.Errorf("rows of %s after the refused DELETE and TRUNCATEs = %d, %v; want 1", code, n, err)
+	}
+}

@@ -416,14 +416,17 @@ func TestUnheardChangeAfterAPurgeIsReadFromThePrimary(t *testing.T) {
 	// then the change, on the primary alone, and never published.
 	pauseReplay(t, standby)
 	// Unheard: since step 49 Postgres tells every instance of an edit,
-	// whoever makes it (linklisten.go), unless its triggers are off, as
-	// for an edit made while no instance listened.
+	// whoever makes it (linklisten.go), unless its trigger is off, as
+	// for an edit made while no instance listened. Since step 50 only the
+	// table's owner turns it off (session_replication_role no longer
+	// does): here, for this transaction alone.
 	unheard, err := primary.Begin()
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, q := range []string{`SET LOCAL session_replication_role = replica`,
-		`UPDATE links SET url = 'https://go.dev/v2', version = version + 1 WHERE code = '` + code + `'`} {
+	for _, q := range []string{`ALTER TABLE links DISABLE TRIGGER links_announce_change`,
+		`UPDATE links SET url = 'https://go.dev/v2', version = version + 1 WHERE code = '` + code + `'`,
+		`ALTER TABLE links ENABLE ALWAYS TRIGGER links_announce_change`} {
 		if _, err := unheard.Exec(q); err != nil {
 			t.Fatal(errors.Join(err, unheard.Rollback()))
 		}
@@ -510,5 +513,44 @@ func TestFenceRaiseIsAnsweredSoon(t *testing.T) {
 	waitUntil(t, "an answer asked after the raise", func() bool { return f.bound() != fenceAll })
 	if got := f.bound(); got == "0" {
 		t.Errorf("answered after the raise: bound %s, want the answer's xmax", got)
+	}
+}
+
+// TestHeardWithoutRedisIsReadFromThePrimary: an instance with a standby
+// and no Redis hears of a psql edit from Postgres (step 49), drops the
+// code, and must read it from the primary, not from its standby, which
+// has stopped replaying before the edit. Until step 50 the mark that
+// sends such a read to the primary for 30 s (step 46, heard.go) lived in
+// Redis's layer alone: this instance read the link as it was from its
+// standby and kept it for LOCAL_CACHE_TTL (an hour here). REPLICA_MAX_LAG
+// is an hour, so that the fence's bound stays older than the edit
+// however slow the machine, and the paused standby answers.
+func TestHeardWithoutRedisIsReadFromThePrimary(t *testing.T) {
+	primaryDSN, standbyDSN := standbyDatabase(t, "heardnoredis")
+	base, _, logs := startRun(t, map[string]string{
+		"ADDR": "127.0.0.1:0", "DATABASE_URL": primaryDSN, "DATABASE_REPLICA_URL": standbyDSN,
+		"LOCAL_CACHE_TTL": "1h", "REPLICA_MAX_LAG": "1h", "CREATE_RATE": "0",
+	})
+	m := metricsBase(t, logs)
+	primary, standby := openBehind(t, primaryDSN), openBehind(t, standbyDSN)
+	const code = "heardnr1"
+	if _, err := primary.Exec(`INSERT INTO links (code, url) VALUES ($1, 'https://go.dev/v1')`, code); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the standby to replay the link", func() bool { return urlOn(t, standby, code) == "https://go.dev/v1" })
+	waitUntil(t, "the instance to serve the link", func() bool { return redirectsTo(t, base, code, "https://go.dev/v1") })
+
+	pauseReplay(t, standby)
+	changed := func() float64 { return metricValue(t, m, `shortener_link_notifications_total{kind="changed"}`) }
+	told := changed()
+	if _, err := primary.Exec(`UPDATE links SET url = 'https://go.dev/v2' WHERE code = $1`, code); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the instance to hear of the edit from Postgres", func() bool { return changed() > told })
+	if got := urlOn(t, standby, code); got != "https://go.dev/v1" {
+		t.Fatalf("the paused standby has %q; the test needs it behind", got)
+	}
+	if status, loc := statusOf(t, base, code); status != 302 || loc != "https://go.dev/v2" {
+		t.Errorf("after hearing of the edit: %d %q, want 302 v2 (the primary's, not the paused standby's v1)", status, loc)
 	}
 }

@@ -116,9 +116,9 @@ func (s *pgStore) migrate(ctx context.Context) (err error) {
 	ctx, cancel := context.WithTimeout(ctx, migrateTimeout)
 	defer cancel()
 	want := schemaSHA256()
-	if have, err := s.schemaVersion(ctx, s.db); err != nil {
+	if ok, err := s.schemaCurrent(ctx, s.db, want); err != nil {
 		return fmt.Errorf("store: migrate: %w", err)
-	} else if have == want {
+	} else if ok {
 		return nil
 	}
 	conn, err := s.db.Conn(ctx)
@@ -136,9 +136,9 @@ func (s *pgStore) migrate(ctx context.Context) (err error) {
 		return err
 	}
 	// Another instance may have applied it while this one waited.
-	if have, err := s.schemaVersion(ctx, conn); err != nil {
+	if ok, err := s.schemaCurrent(ctx, conn, want); err != nil {
 		return fmt.Errorf("store: migrate: %w", err)
-	} else if have == want {
+	} else if ok {
 		return nil
 	}
 	inTx, indexes := schemaParts()
@@ -218,6 +218,43 @@ func schemaSHA256() string {
 	sum := sha256.Sum256([]byte(schemaSQL))
 	return hex.EncodeToString(sum[:])
 }
+
+// schemaCurrent says whether the database has sql/schema.sql's version
+// (want) applied, with its triggers on links as the file leaves them:
+// since step 50 each fires in every replication role (ENABLE ALWAYS).
+// ALTER TABLE links ENABLE TRIGGER ALL, which pg_restore runs after a
+// data-only restore with --disable-triggers, sets them back to the
+// default role only, and a DISABLE TRIGGER left in place turns one off;
+// either is put right by running the file again, as for a new version.
+// Reading pg_trigger takes no lock on links.
+func (s *pgStore) schemaCurrent(ctx context.Context, q interface {
+	QueryRowContext(context.Context, string, ...any) *sql.Row
+}, want string) (bool, error) {
+	have, err := s.schemaVersion(ctx, q)
+	if err != nil || have != want {
+		return false, err
+	}
+	var off int
+	if err := q.QueryRowContext(ctx, `SELECT count(*) FROM unnest($1::text[]) AS t(name)
+WHERE NOT EXISTS (SELECT 1 FROM pg_trigger
+                  WHERE tgrelid = to_regclass('links') AND tgname = t.name AND tgenabled = 'A')`,
+		pq.Array(alwaysTriggers())).Scan(&off); err != nil {
+		return false, fmt.Errorf("schema triggers: %w", err)
+	}
+	return off == 0, nil
+}
+
+// alwaysTriggers are the triggers sql/schema.sql enables ALWAYS, read
+// from the file so that the list cannot drift from it.
+func alwaysTriggers() []string {
+	var names []string
+	for _, m := range alwaysTriggerRE.FindAllStringSubmatch(schemaSQL, -1) {
+		names = append(names, m[1])
+	}
+	return names
+}
+
+var alwaysTriggerRE = regexp.MustCompile(`(?m)^ALTER TABLE links ENABLE ALWAYS TRIGGER (\w+);$`)
 
 // schemaVersion is the SHA-256 recorded in schema_version, or "" when
 // there is none (a database this program never migrated, or one older

@@ -171,3 +171,55 @@ func checkIndexValid(t *testing.T, db *sql.DB, name string) {
 		t.Errorf("index %s: valid %v, %v; want there and valid", name, valid, err)
 	}
 }
+
+// TestTriggersPutRightAtStart: the triggers on links fire in every
+// replication role (step 50, ENABLE ALWAYS). What pg_restore runs after a
+// data-only restore with --disable-triggers (ENABLE TRIGGER ALL) sets them
+// back to the default role only, and a DISABLE TRIGGER turns one off;
+// either leaves the schema's version as it was, and the next start put
+// nothing right until step 50. Now a start runs the file again.
+func TestTriggersPutRightAtStart(t *testing.T) {
+	dsn := testDatabase(t)
+	openTestStoreOn(t, dsn)
+	db := openBehind(t, dsn)
+	notAlways := func() (names []string) {
+		rows, err := db.Query(`SELECT tgname FROM pg_trigger WHERE tgrelid = 'links'::regclass AND NOT tgisinternal AND tgenabled <> 'A' ORDER BY tgname`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var n string
+			if err := rows.Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			names = append(names, n)
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatal(err)
+		}
+		return names
+	}
+	var all int
+	if err := db.QueryRow(`SELECT count(*) FROM pg_trigger WHERE tgrelid = 'links'::regclass AND NOT tgisinternal`).Scan(&all); err != nil {
+		t.Fatal(err)
+	}
+	if got := len(alwaysTriggers()); got != all || all < 5 {
+		t.Fatalf("the schema enables %d triggers ALWAYS; links has %d (want every one, at least 5)", got, all)
+	}
+	if off := notAlways(); len(off) > 0 {
+		t.Fatalf("after the first start, not ALWAYS: %v", off)
+	}
+	for _, q := range []string{`ALTER TABLE links ENABLE TRIGGER ALL`, `ALTER TABLE links DISABLE TRIGGER links_announce_change`} {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatal(err)
+		}
+		if off := notAlways(); len(off) == 0 {
+			t.Fatalf("%s changed no trigger: the test cannot tell", q)
+		}
+		openTestStoreOn(t, dsn) // a start
+		if off := notAlways(); len(off) > 0 {
+			t.Errorf("after %s and a start, not ALWAYS: %v", q, off)
+		}
+	}
+}

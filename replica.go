@@ -44,6 +44,11 @@ type replicaReads struct {
 	// have none): buildLayers has the subscriber raise it at each purge
 	// (step 48).
 	fence *replicaFence
+	// heard, when not nil, are the codes this instance heard were edited
+	// lately, read from the primary meanwhile (heard.go). Redis's layer
+	// keeps them when there is one; since step 50 an instance without it
+	// keeps them here (wire.go).
+	heard *heardSet
 }
 
 // replicaFailEvery is how often the app logs a failed replica read at
@@ -86,6 +91,9 @@ type replicaResults struct{ hit, missed, failed counter }
 // Redis cache keeps the newer version (its versions only go up), so only
 // a lookup that misses Redis within the lag can see the old one.
 func (r *replicaReads) Lookup(ctx context.Context, code string) (Target, error) {
+	if r.heard != nil && r.heard.has(code) {
+		return r.Store.Lookup(ctx, code)
+	}
 	ctx, rctx, cancel := r.budget(ctx)
 	defer cancel()
 	t, err := r.replica.Lookup(rctx, code)

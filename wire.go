@@ -6,6 +6,7 @@ import (
 	"os"
 	"runtime/debug"
 	"sync"
+	"time"
 )
 
 // layers is the store the handlers call, built by buildLayers, and how to
@@ -148,6 +149,13 @@ func buildLayers(ctx context.Context, cfg config, store Store, pg *pgStore, rdb 
 		// First: a lookup that starts once the code is dropped must find
 		// it marked, or it may read a standby that is behind (heard.go).
 		drops = append([]func(string){cache.noteHeard}, drops...)
+	} else if r, ok := bottom.(*replicaReads); ok {
+		// No Redis: the replica's reads keep the mark (step 50). Until
+		// then an instance with a standby and no Redis, told of an edit
+		// by Postgres (linklisten.go), could read the link as it was
+		// from its standby and keep it for LOCAL_CACHE_TTL.
+		r.heard = &heardSet{warns: &sampledLog{log: log, every: 10 * time.Second}}
+		drops = append([]func(string){r.heard.note}, drops...)
 	}
 	if neg != nil {
 		drops = append(drops, neg.forget)

@@ -221,8 +221,8 @@ CREATE OR REPLACE TRIGGER links_announce_change
     FOR EACH STATEMENT EXECUTE FUNCTION links_announce_change();
 -- A row is never deleted (step 16: a code is never given out again, and
 -- a delete is an UPDATE that marks it). A DELETE, which would also leave
--- Redis serving the link, is refused with the UPDATE to run instead.
--- (TRUNCATE is not a DELETE: it fires no such trigger.)
+-- Redis serving the link, is refused with the UPDATE to run instead; so
+-- is a TRUNCATE (since step 50), which fires no DELETE trigger.
 CREATE OR REPLACE FUNCTION links_keep_rows() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
@@ -233,6 +233,9 @@ END
 $$;
 CREATE OR REPLACE TRIGGER links_keep_rows
     BEFORE DELETE ON links
+    FOR EACH STATEMENT EXECUTE FUNCTION links_keep_rows();
+CREATE OR REPLACE TRIGGER links_keep_all_rows
+    BEFORE TRUNCATE ON links
     FOR EACH STATEMENT EXECUTE FUNCTION links_keep_rows();
 -- Redis keeps each link beside its version, and refuses to write an
 -- older one over a newer (cache.go). The app adds one to version on every
@@ -251,6 +254,24 @@ $$;
 CREATE OR REPLACE TRIGGER links_next_version
     BEFORE UPDATE ON links
     FOR EACH ROW EXECUTE FUNCTION links_next_version();
+-- Step 50: these triggers fire whatever the session's replication role.
+-- A trigger made as above fires only in the default role, "origin": a
+-- session that sets session_replication_role = replica (a logical
+-- replication's apply runs so, and a superuser may set it by hand, a
+-- common way for a loading script to skip triggers) edited and deleted
+-- links with none of them: no instance heard, no version was added,
+-- nothing refused. ALWAYS makes them fire in every role. Only an ALTER
+-- TABLE ... DISABLE TRIGGER (the table's owner's, or pg_restore's with
+-- --disable-triggers) stops them now, or an ENABLE TRIGGER (pg_restore's
+-- ENABLE TRIGGER ALL after it) that sets them back to the default; the
+-- app's next start puts them right (pgschema.go, schemaCurrent).
+-- These come after the CREATE OR REPLACE TRIGGERs above, which set a
+-- trigger back to the default each time this file runs.
+ALTER TABLE links ENABLE ALWAYS TRIGGER links_announce;
+ALTER TABLE links ENABLE ALWAYS TRIGGER links_announce_change;
+ALTER TABLE links ENABLE ALWAYS TRIGGER links_keep_rows;
+ALTER TABLE links ENABLE ALWAYS TRIGGER links_keep_all_rows;
+ALTER TABLE links ENABLE ALWAYS TRIGGER links_next_version;
 
 -- Step 45: indexes. A plain CREATE INDEX takes a SHARE lock on its table,
 -- and every insert, edit and delete waits behind it for as long as the
